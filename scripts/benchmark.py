@@ -1,0 +1,31 @@
+"""Measure the figures of DESIGN §5. Prints one JSON object per line: {"figure", "value", "unit", ...}.
+
+    python scripts/benchmark.py game|learner|pipeline|all
+Each suite lives in trackmania_rl/benchmarks/<suite>.py as `run(args) -> iterator of figure dicts`.
+"""
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SUITES = ("game", "learner", "pipeline")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suite", choices=SUITES + ("all",))
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, figures are noisier)")
+    args = parser.parse_args(argv)
+    suites = SUITES if args.suite == "all" else (args.suite,)
+    for suite in suites:
+        module = importlib.import_module(f"trackmania_rl.benchmarks.{suite}")
+        for figure in module.run(args):
+            print(json.dumps(figure), flush=True)
+
+
+if __name__ == "__main__":
+    main()
