@@ -3,7 +3,8 @@
 `scripts/train.py` copies this file to `config_copy.py` at start; the running processes reload the copy,
 so a live run can be tuned by editing `config_copy.py` while this file is kept for the next run.
 Every setting is checked by `trackmania_rl/config_loader.py`; settings marked [restart] cannot change in
-a live run (an edit to them is reported and ignored until the next start). docs/config.md explains each.
+a live run (an edit of the copy is reported and not applied; put it in this file for the next start).
+docs/config.md explains each.
 Units: ms of game time, "m" are game distance units (Box2D units for CarRacing), frames = actions played.
 """
 
@@ -30,7 +31,7 @@ margin_to_announce_finish_meters = 300.0  # [restart] cap of the "distance left 
 # ---------------------------------------------------------------------------------------------------
 distance_between_checkpoints = 3.5  # [restart] CarRacing's own track points are 3.5 apart
 n_zone_centers_extrapolate_before_start_of_map = 20  # [restart]
-n_zone_centers_extrapolate_after_end_of_map = 100  # [restart] must exceed the look-ahead span
+n_zone_centers_extrapolate_after_end_of_map = 100  # [restart] at least the look-ahead span (zones)
 road_width = 40.0  # zone changes are only accepted within ~half this distance of the next center
 
 # ---------------------------------------------------------------------------------------------------
@@ -53,7 +54,7 @@ shaped_reward_max_dist_to_cur_vcp = 20.0
 # ---------------------------------------------------------------------------------------------------
 n_steps = 3  # [restart]
 discard_non_greedy_actions_in_nsteps = True
-temporal_mini_race_duration_ms = 4_000  # [restart] horizon H = this / ms_per_action actions
+temporal_mini_race_duration_ms = 4_000  # [restart] horizon H = this // ms_per_action actions (>= n_steps)
 oversample_long_term_steps = 16
 oversample_maximum_term_steps = 4
 # (frames played, gamma), linear interpolation.
@@ -64,7 +65,7 @@ gamma_schedule = [(0, 0.999), (300_000, 1.0)]
 # ---------------------------------------------------------------------------------------------------
 # (frames played, (capacity, transitions needed before learning starts)), staircase; capacities only grow.
 memory_size_schedule = [(0, (30_000, 3_000)), (200_000, (100_000, 3_000))]
-buffer_test_ratio = 0.05  # share of transitions routed to the hidden test buffer
+buffer_test_ratio = 0.05  # share of transitions routed to the hidden test buffer (and of batches run on it)
 buffer_test_switch_probability = 0.1  # per step chance to re-draw the train/test destination
 number_times_single_memory_is_used_before_discard = 8  # replay ratio
 prio_alpha = 0.0  # 0 = uniform replay; > 0 = prioritized replay
@@ -80,9 +81,9 @@ dense_hidden_dimension = 256
 iqn_embedding_dimension = 64
 iqn_n = 8  # quantiles per sample when training (even)
 iqn_k = 32  # quantiles per state when acting (even)
-iqn_kappa = 1.0
-use_ddqn = False
 use_jit = True
+iqn_kappa = 1.0  # (live) Huber threshold of the quantile loss
+use_ddqn = False  # (live) next action chosen by the online network instead of the target network
 
 # ---------------------------------------------------------------------------------------------------
 # Optimisation

@@ -74,9 +74,13 @@ def _schedule(value_check):
     return check
 
 
-def _exponential_schedule(v):
-    # geometric interpolation needs non-zero values of one sign
-    return _schedule(_number)(v) and (all(p[1] > 0 for p in v) or all(p[1] < 0 for p in v))
+def _positive_schedule(v):
+    # geometric interpolation needs non-zero values of one sign; lr and epsilons are positive
+    return _schedule(_positive_number)(v)
+
+
+def _epsilon_schedule(v):
+    return _schedule(lambda e: _positive_number(e) and e <= 1)(v)
 
 
 def _memory_size(v):
@@ -114,7 +118,7 @@ def _map_cycle(v):
         if not isinstance(name, str) or not name:
             return False
         if isinstance(seeds, range):
-            if len(seeds) == 0 or seeds.start < 0:
+            if len(seeds) == 0 or min(seeds) < 0:
                 return False
         elif not _non_negative_int(seeds):
             return False
@@ -170,7 +174,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "use_ddqn": (_bool, "True or False", False),
     "use_jit": (_bool, "True or False", True),
     "batch_size": (_positive_int, "a positive integer", True),
-    "lr_schedule": (_exponential_schedule, "a list of (frames, lr) with positive lr", False),
+    "lr_schedule": (_positive_schedule, "a list of (frames, lr) with positive lr", False),
     "weight_decay_lr_ratio": (_non_negative_number, "a number >= 0", False),
     "adam_epsilon": (_positive_number, "a positive number", False),
     "adam_beta1": (lambda v: _number(v) and 0 <= v < 1, "a number in [0, 1)", False),
@@ -179,8 +183,8 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "clip_grad_value": (_positive_number, "a positive number", False),
     "number_memories_trained_on_between_target_network_updates": (_positive_int, "a positive integer", False),
     "soft_update_tau": (_probability, "a number in [0, 1]", False),
-    "epsilon_schedule": (_exponential_schedule, "a list of (frames, epsilon > 0)", False),
-    "epsilon_boltzmann_schedule": (_exponential_schedule, "a list of (frames, value > 0)", False),
+    "epsilon_schedule": (_epsilon_schedule, "a list of (frames, epsilon in (0, 1])", False),
+    "epsilon_boltzmann_schedule": (_epsilon_schedule, "a list of (frames, value in (0, 1])", False),
     "tau_epsilon_boltzmann": (_non_negative_number, "a number >= 0", False),
     "map_cycle": (
         _map_cycle,
@@ -264,6 +268,14 @@ def build_config(values: dict, game_backend: str = "carracing", inputs: dict | N
         raise ConfigError(f"{source}: setting `oversample_maximum_term_steps` must not exceed `oversample_long_term_steps`")
     if values["shaped_reward_min_dist_to_cur_vcp"] > values["shaped_reward_max_dist_to_cur_vcp"]:
         raise ConfigError(f"{source}: setting `shaped_reward_min_dist_to_cur_vcp` must not exceed `shaped_reward_max_dist_to_cur_vcp`")
+    height, width = values["H_downsized"], values["W_downsized"]
+    for channels, kernel, stride in values["conv_layers"]:
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    if height < 1 or width < 1:
+        raise ConfigError(
+            f"{source}: setting `conv_layers` does not fit a {values['H_downsized']}x{values['W_downsized']} frame "
+            "(the image shrinks to nothing): use fewer or smaller layers, or larger H_downsized/W_downsized"
+        )
     lookahead = values["n_zone_centers_in_inputs"] * values["one_every_n_zone_centers_in_inputs"]
     if values["n_zone_centers_extrapolate_after_end_of_map"] < lookahead:
         raise ConfigError(
@@ -341,7 +353,9 @@ class LiveConfig:
             return False
         self._mtime = mtime
         try:
-            fresh = load_config(self.path, game_backend=self.game_backend, inputs_path=None)
+            fresh = build_config(
+                _read_python_file(self.path), game_backend=self.game_backend, inputs=self.current.inputs_file(), source=str(self.path)
+            )
         except ConfigError as e:
             message = f"config edit refused, keeping the previous config: {e}"
             if message != self._last_error:
