@@ -1,0 +1,50 @@
+"""The one-line terminal status shown while training (redrawn in place at most once per second)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class StatusLine:
+    def __init__(self, enabled: bool = True, stream=sys.stdout):
+        # a terminal gets the line redrawn every second; a log file gets a new line every 30 s
+        self.enabled = enabled
+        self.redraw = stream.isatty()
+        self.period_s = 1.0 if self.redraw else 30.0
+        self.stream = stream
+        self._last = 0.0
+        self._last_batches = 0
+        self._last_time = time.perf_counter()
+        self._shown = False
+
+    @staticmethod
+    def text(learner, batches_per_s: float) -> str:
+        s = learner.stats
+        best = min(s.best_race_time_ms.values()) / 1000 if s.best_race_time_ms else None
+        scores = ", ".join(f"{k} {v:.0f}" for k, v in sorted(s.latest_eval_native_score.items())) or "-"
+        lag = learner.window["policy_lag_versions"][-1] if learner.window.get("policy_lag_versions") else 0.0
+        return (
+            f"frames {s.frames_played:,} | races {s.races} ({s.races_finished} finished) | "
+            f"best lap {f'{best:.2f}s' if best is not None else '-'} | eval score {scores} | "
+            f"{batches_per_s:.1f} batches/s | buffer {len(learner.buffer):,} | policy lag {lag:.1f}"
+        )
+
+    def update(self, learner) -> None:
+        now = time.perf_counter()
+        if not self.enabled or now - self._last < self.period_s:
+            return
+        batches_per_s = (learner.stats.batches_done - self._last_batches) / max(1e-9, now - self._last_time)
+        self._last_batches, self._last_time, self._last = learner.stats.batches_done, now, now
+        if self.redraw:
+            self.stream.write("\r\033[K" + self.text(learner, batches_per_s))
+            self._shown = True
+        else:
+            self.stream.write("[status] " + self.text(learner, batches_per_s) + "\n")
+        self.stream.flush()
+
+    def clear(self) -> None:
+        if self._shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self._shown = False
