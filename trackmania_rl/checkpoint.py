@@ -15,6 +15,8 @@ from typing import Callable
 
 import torch
 
+from trackmania_rl.serialization import safe_torch_load
+
 CHECKPOINT = "checkpoint"
 STAGING = "checkpoint.partial"
 PREVIOUS = "checkpoint.previous"
@@ -36,18 +38,6 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write a single file atomically (temp file + rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def save_checkpoint(run_dir: Path, writers: dict[str, Callable[[Path], None]]) -> Path:
@@ -94,7 +84,7 @@ def json_writer(obj) -> Callable[[Path], None]:
 def load_torch(folder: Path, name: str, map_location="cpu"):
     path = Path(folder) / name
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return safe_torch_load(path, map_location=map_location)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint file {path} is missing") from None
     except Exception as e:

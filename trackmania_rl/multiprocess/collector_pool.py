@@ -20,6 +20,7 @@ class CollectorSlot:
     queue: object = None
     heartbeat: object = None  # mp.Value("d"): time.time() of the collector's last sign of life
     restarts: int = 0
+    rollouts_since_start: int = 0
     started_at: float = field(default_factory=time.time)
 
 
@@ -51,6 +52,8 @@ class CollectorPool:
             daemon=True,
         )
         slot.process.start()
+        slot.rollouts_since_start = 0
+        self.log(f"collector {slot.index} started (pid {slot.process.pid})")
 
     def check(self, stall_timeout_s: float) -> list[int]:
         """Restart dead or stalled collectors; returns the indices restarted."""
@@ -79,7 +82,9 @@ class CollectorPool:
                 slot = self.slots[self._next_slot]
                 self._next_slot = (self._next_slot + 1) % len(self.slots)
                 try:
-                    return slot.index, slot.queue.get_nowait()
+                    item = slot.queue.get_nowait()
+                    slot.rollouts_since_start += 1
+                    return slot.index, item
                 except queue.Empty:
                     continue
                 except (EOFError, OSError, ValueError) as e:  # a queue broken by a killed writer
@@ -119,6 +124,12 @@ class CollectorPool:
                 slot.process.join(0.05)
         for slot in self.slots:
             self._kill(slot)
+
+    def summary(self) -> list[str]:
+        return [
+            f"collector {slot.index}: {slot.rollouts_since_start} rollouts since its last start, restarted {slot.restarts} time(s)"
+            for slot in self.slots
+        ]
 
     def pids(self) -> list[int]:
         return [slot.process.pid for slot in self.slots if slot.process is not None]

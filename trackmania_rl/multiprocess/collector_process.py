@@ -51,6 +51,7 @@ def collector_main(index, rollout_queue, heartbeat, stop_event, config_path, gam
     cycle = MapCycle(cfg.map_cycle, collector_index=index, collectors_count=collectors_count)
     loop_number = 0
     last_put_time = time.perf_counter()
+    log(f"ready: {type(game).__name__}, policy version {policy.version}, jit {cfg.use_jit}")
 
     try:
         while not stop_event.is_set() and _parent_alive():

@@ -131,6 +131,10 @@ class Learner:
         }
         folder = ckpt.save_checkpoint(self.run_dir, writers)
         self.last_save_time = time.perf_counter()
+        self.log(
+            f"checkpoint saved to {folder}: {self.stats.frames_played} frames, {self.stats.batches_done} batches, "
+            f"buffer {len(self.buffer)} + test {len(self.buffer_test)} transitions"
+        )
         return folder
 
     def save_due(self) -> bool:

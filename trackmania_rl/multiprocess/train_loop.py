@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +82,9 @@ def run_training(options: TrainOptions) -> int:
     collectors_count = options.collectors or cfg.collectors_count
     log(f"run {options.run_name}: device {device}, {collectors_count} collector(s), game {user.game_backend}, saves in {run_dir}")
 
+    # One torch thread per core left over by the collectors: oversubscribed cores make train steps
+    # tens of times slower (measured: 8 ms -> 450 ms p90 for a tiny step with 2 threads beside a collector).
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) - collectors_count))
     ctx = torch_mp.get_context("spawn")
     shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs), "cpu"), ctx)
     logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
@@ -119,9 +122,8 @@ def run_training(options: TrainOptions) -> int:
                 learner.log_aggregates()
                 last_aggregate = time.perf_counter()
             if learner.save_due():
-                folder = learner.save()
                 status.clear()
-                log(f"checkpoint saved to {folder}")
+                learner.save()
             status.update(learner)
     except KeyboardInterrupt:
         exit_reason = "interrupted"
@@ -129,10 +131,11 @@ def run_training(options: TrainOptions) -> int:
         status.clear()
         log(f"{exit_reason}: stopping collectors and saving")
         pool.stop()
+        for line in pool.summary():
+            log(line)
         try:
             learner.log_aggregates()
-            folder = learner.save()
-            log(f"checkpoint saved to {folder}")
+            learner.save()
         finally:
             logger.close()
     return 0

@@ -1,0 +1,237 @@
+"""Learner figures (DESIGN §5), measured side by side in one run, batch 512, the default config's frame size.
+
+- `learner.sample_ms`: one batch from the replay buffer (sampler + gather + mini-race transform), median;
+- `learner.sample_ms_list_baseline`: the same batch from Linesight's layout, written here: a torchrl
+  ReplayBuffer over a ListStorage of per-transition Python objects holding numpy arrays (frames shared
+  between transitions, as Linesight's Experience references the rollout's frames), RandomSampler, and a
+  per-field Python collate (np.stack per field, the mini-race transform in numpy, torch.as_tensor per
+  field); measured alternately with the line above;
+- `learner.sample_speedup` = baseline / ours (target >= 5);
+- `learner.train_step_ms_bare`: one train step (forward, loss, backward, optimizer step) on a ready batch;
+- `learner.train_step_ms_full`: sample + transform + the same step, from the buffer; alternated with bare;
+- `learner.overhead_ratio` = full / bare (target <= 1.10);
+- `learner.bytes_per_transition`: replay memory held per transition at capacity (preallocated tensors:
+  the state ring with its slack, the transition ring, the sampler's tree when prioritized), and
+  `learner.bytes_per_transition_ratio` = that / (one frame + its floats) (target <= 1.25);
+- `learner.inference_ms_p50`: one exploration-policy call of a collector (JIT network, batch 1, iqn_k
+  quantiles, numpy in and out); `learner.inference_ms_p50_eager` beside it.
+Also `learner.sample_ms_prioritized` (the prioritized sampler on the same storage) and
+`learner.states_per_transition` (frames actually stored per transition after filling).
+Torch runs on one thread (the learner's setting on 2 shared cores: more threads stall, see tests/); the
+buffer is filled with synthetic rollouts of random frames.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from trackmania_rl.agents.inference import make_inference_network
+from trackmania_rl.agents.iqn import Inferer, Trainer, make_network, make_optimizer
+from trackmania_rl.config_loader import default_config
+from trackmania_rl.experience import Experience, rollout_to_experience
+from trackmania_rl.float_layout import MINI_RACE_CLOCK
+from trackmania_rl.games.car_racing_inputs import make_float_layout
+from torchrl.data import ListStorage, RandomSampler, ReplayBuffer
+
+from trackmania_rl.replay_buffer import MiniRaceTransform, PrioritizedSampler, TransitionReplayBuffer, draw_mini_race_clock, make_buffer
+
+BATCH_SIZE = 512
+ROLLOUT_STATES = 400
+
+
+def synthetic_rollout(cfg, layout, rng: np.random.Generator, n_states: int = ROLLOUT_STATES) -> dict:
+    n_actions = len(cfg.inputs)
+    floats = rng.normal(size=(n_states, layout.dim)).astype(np.float32) * layout.std + layout.mean
+    floats[:, layout.slice(MINI_RACE_CLOCK)] = 0.0
+    frames = rng.integers(0, 256, size=(n_states, 1, cfg.H_downsized, cfg.W_downsized), dtype=np.uint8)
+    return {
+        "frames": list(frames),
+        "state_float": list(floats),
+        "meters_advanced_along_centerline": list(np.cumsum(rng.uniform(0.0, 4.0, n_states))),
+        "current_zone_idx": list(range(n_states)),
+        "car_gear_and_wheels": [None] * n_states,
+        "actions": list(rng.integers(0, n_actions, n_states)),
+        "action_was_greedy": list(rng.random(n_states) < 0.95),
+        "q_values": [None] * n_states,
+        "input_w": [True] * n_states,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Linesight-style baseline: list of objects + per-field Python collate
+# ---------------------------------------------------------------------------------------------------------
+
+
+class ListExperience:
+    __slots__ = (
+        "state_img",
+        "state_float",
+        "state_potential",
+        "action",
+        "n_steps",
+        "rewards",
+        "gammas",
+        "terminal_actions",
+        "next_state_img",
+        "next_state_float",
+        "next_state_potential",
+    )
+
+    def __init__(self, **values):
+        for name, value in values.items():
+            setattr(self, name, value)
+
+
+def to_list_storage(exp: Experience) -> list:
+    frames = [exp.frames[k] for k in range(exp.n_states)]  # one array per frame, shared by the transitions using it
+    floats = [exp.state_float[k] for k in range(exp.n_states)]
+    items = []
+    for i in range(len(exp)):
+        s, ns = exp.state_index[i], exp.next_state_index[i]
+        items.append(
+            ListExperience(
+                state_img=frames[s],
+                state_float=floats[s],
+                state_potential=float(exp.potential[s]),
+                action=int(exp.action[i]),
+                n_steps=int(exp.n_steps[i]),
+                rewards=exp.rewards[i].copy(),
+                gammas=exp.gammas[i].copy(),
+                terminal_actions=float(exp.terminal_actions[i]),
+                next_state_img=frames[ns],
+                next_state_float=floats[ns],
+                next_state_potential=float(exp.potential[ns]),
+            )
+        )
+    return items
+
+
+def list_baseline_collate(batch: list, rng: np.random.Generator, cfg, clock_index: int) -> dict:
+    batch_size = len(batch)
+    fields = {name: np.stack([getattr(e, name) for e in batch]) for name in ListExperience.__slots__}
+    t = draw_mini_race_clock(rng, batch_size, cfg.temporal_mini_race_duration_actions, cfg.oversample_long_term_steps, cfg.oversample_maximum_term_steps)
+    n = fields["n_steps"]
+    horizon = cfg.temporal_mini_race_duration_actions
+    m = n - np.maximum(0, t + n - horizon)
+    terminal = (m >= fields["terminal_actions"]) | (t + n >= horizon)
+    rows = np.arange(batch_size)
+    gamma_eff = np.where(terminal, 0.0, fields["gammas"][rows, m - 1]).astype(np.float32)
+    reward = (fields["rewards"][rows, m - 1] + gamma_eff * fields["next_state_potential"] - fields["state_potential"]).astype(np.float32)
+    fields["state_float"][:, clock_index] = t
+    fields["next_state_float"][:, clock_index] = t + n
+    out = {name: fields[name] for name in ("state_img", "state_float", "action", "next_state_img", "next_state_float")}
+    out.update(reward=reward, gamma_eff=gamma_eff, terminal=terminal, mini_race_clock=t, n_steps=n)
+    return {k: torch.as_tensor(v) for k, v in out.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _ms(seconds: list) -> float:
+    return round(statistics.median(seconds) * 1000, 3)
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run(args):
+    quick = bool(getattr(args, "quick", False))
+    torch.set_num_threads(1)
+    cfg = default_config()
+    layout = make_float_layout(cfg)
+    n_actions = len(cfg.inputs)
+    capacity = cfg.memory_size_schedule[0][1][0]  # the first capacity of the schedule, quick or not
+    sample_reps, train_reps, inference_reps = (80, 4, 100) if quick else (300, 15, 500)
+    common = {"batch_size": BATCH_SIZE, "frame": [1, cfg.H_downsized, cfg.W_downsized], "float_dim": layout.dim, "threads": torch.get_num_threads()}
+
+    rng = np.random.default_rng(0)
+    buffer = make_buffer(cfg, layout, capacity, batch_size=BATCH_SIZE, prioritized=False, rng=np.random.default_rng(1))
+    baseline: list = []
+    while len(buffer) < capacity:
+        exp = rollout_to_experience(synthetic_rollout(cfg, layout, rng), cfg, layout, gamma=0.999)
+        buffer.extend(exp)
+        baseline.extend(to_list_storage(exp))
+    clock_index = layout.slice(MINI_RACE_CLOCK).start
+    collate_rng = np.random.default_rng(2)
+    list_buffer = ReplayBuffer(
+        storage=ListStorage(capacity),
+        sampler=RandomSampler(),
+        collate_fn=lambda batch: list_baseline_collate(batch, collate_rng, cfg, clock_index),
+        batch_size=BATCH_SIZE,
+    )
+    list_buffer.extend(baseline[-capacity:])
+    del baseline
+
+    # sampling, alternated
+    for _ in range(3):
+        buffer.sample_batch(), list_buffer.sample()
+    ours, theirs = [], []
+    for _ in range(sample_reps):
+        ours.append(_timed(buffer.sample_batch))
+        theirs.append(_timed(list_buffer.sample))
+    yield {"figure": "learner.sample_ms", "value": _ms(ours), "unit": "ms", "capacity": capacity, **common}
+    yield {"figure": "learner.sample_ms_list_baseline", "value": _ms(theirs), "unit": "ms", "capacity": capacity, **common}
+    yield {"figure": "learner.sample_speedup", "value": round(statistics.median(theirs) / statistics.median(ours), 2), "unit": "x", "target": ">= 5"}
+
+    prioritized_sampler = PrioritizedSampler(buffer.storage, 0.6, 0.4, 1e-3, rng=np.random.default_rng(3))
+    prioritized = TransitionReplayBuffer(
+        storage=buffer.storage, sampler=prioritized_sampler, transform=MiniRaceTransform(cfg, layout, rng=np.random.default_rng(4)), batch_size=BATCH_SIZE
+    )
+    slots = torch.from_numpy(buffer.storage.physical_order())
+    prioritized_sampler.extend(slots)
+    prioritized.update_priority(slots, torch.from_numpy(np.random.default_rng(5).exponential(size=len(slots))))
+    prioritized_ms = [_timed(prioritized.sample_batch) for _ in range(sample_reps)]
+    yield {"figure": "learner.sample_ms_prioritized", "value": _ms(prioritized_ms), "unit": "ms", **common}
+
+    # memory
+    one_state = cfg.H_downsized * cfg.W_downsized + 4 * layout.dim
+    per_transition = buffer.nbytes() / buffer.capacity
+    yield {"figure": "learner.bytes_per_transition", "value": round(per_transition, 1), "unit": "bytes", "frame_plus_floats": one_state}
+    yield {"figure": "learner.bytes_per_transition_ratio", "value": round(per_transition / one_state, 3), "unit": "x", "target": "<= 1.25"}
+    yield {
+        "figure": "learner.states_per_transition",
+        "value": round(buffer.storage.states_written / buffer.storage.transitions_written, 4),
+        "unit": "frames",
+    }
+
+    # train step: bare (ready tensors) and full (from the buffer), alternated
+    device = torch.device("cpu")
+    online, target = make_network(cfg, layout, n_actions, device), make_network(cfg, layout, n_actions, device)
+    target.load_state_dict(online.state_dict())
+    trainer = Trainer(online, target, make_optimizer(online, cfg, 1e-4), cfg, device)
+    ready = buffer.sample_batch()
+    for _ in range(2):
+        trainer.train_on_tensors(ready, True), trainer.train_on_batch(buffer, True)
+    bare, full = [], []
+    for _ in range(train_reps):
+        bare.append(_timed(lambda: trainer.train_on_tensors(ready, True)))
+        full.append(_timed(lambda: trainer.train_on_batch(buffer, True)))
+    yield {"figure": "learner.train_step_ms_bare", "value": _ms(bare), "unit": "ms", "iqn_n": cfg.iqn_n, "use_ddqn": cfg.use_ddqn, **common}
+    yield {"figure": "learner.train_step_ms_full", "value": _ms(full), "unit": "ms", **common}
+    yield {"figure": "learner.overhead_ratio", "value": round(statistics.median(full) / statistics.median(bare), 3), "unit": "x", "target": "<= 1.10"}
+
+    # inference, batch 1: JIT and eager, alternated
+    frame = rng.integers(0, 256, size=(1, cfg.H_downsized, cfg.W_downsized), dtype=np.uint8)
+    floats = layout.mean.copy()
+    jit_net = make_inference_network(cfg, layout, n_actions, jit=True)
+    eager_net = make_inference_network(cfg, layout, n_actions, jit=False)
+    jit_net.load_state_dict_from(online)
+    eager_net.load_state_dict_from(online)
+    policies = {"jit": Inferer(jit_net, cfg, n_actions, rng=np.random.default_rng(6)), "eager": Inferer(eager_net, cfg, n_actions, rng=np.random.default_rng(6))}
+    for policy in policies.values():
+        policy.set_exploration(0.03, 0.1)
+        for _ in range(20):
+            policy.get_exploration_action(frame, floats)
+    times = {name: [] for name in policies}
+    for _ in range(inference_reps):
+        for name, policy in policies.items():
+            times[name].append(_timed(lambda: policy.get_exploration_action(frame, floats)))
+    yield {"figure": "learner.inference_ms_p50", "value": _ms(times["jit"]), "unit": "ms", "jit": "torch.jit.script", "iqn_k": cfg.iqn_k, "threads": torch.get_num_threads()}
+    yield {"figure": "learner.inference_ms_p50_eager", "value": _ms(times["eager"]), "unit": "ms", "iqn_k": cfg.iqn_k, "threads": torch.get_num_threads()}

@@ -1,0 +1,39 @@
+"""Choosing the torch device from the user setting (config_files/user_config.py `device`).
+
+Nothing else in the project names a device: code receives the `torch.device` chosen here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def choose_device(setting: str = "auto") -> torch.device:
+    """"auto" -> the first CUDA GPU when torch sees one, else the CPU; "cpu"; "cuda" or "cuda:i".
+
+    Raises ValueError for a device this machine does not have (instead of failing later, mid-run).
+    """
+    if not isinstance(setting, str):
+        raise ValueError(f"device setting must be a string such as 'auto', 'cpu' or 'cuda', got {setting!r}")
+    name = setting.strip().lower()
+    if name == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as e:
+        raise ValueError(f"device setting {setting!r} is not a torch device: {e}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device setting {setting!r}: this torch build or machine has no CUDA GPU (use 'auto' or 'cpu')")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device setting {setting!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    elif device.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError(f"device setting {setting!r}: MPS is not available here")
+    elif device.type != "cpu":
+        raise ValueError(f"device setting {setting!r}: unsupported device type {device.type!r} (use 'auto', 'cpu' or 'cuda[:i]')")
+    return device
+
+
+def is_cuda(device: torch.device | str) -> bool:
+    return torch.device(device).type == "cuda"
