@@ -64,7 +64,7 @@ gamma_schedule = [(0, 0.999), (300_000, 1.0)]
 # Replay buffers
 # ---------------------------------------------------------------------------------------------------
 # (frames played, (capacity, transitions needed before learning starts)), staircase; capacities only grow.
-memory_size_schedule = [(0, (30_000, 3_000)), (200_000, (100_000, 3_000))]
+memory_size_schedule = [(0, (50_000, 5_000)), (200_000, (100_000, 5_000))]
 buffer_test_ratio = 0.05  # share of transitions routed to the hidden test buffer (and of batches run on it)
 buffer_test_switch_probability = 0.1  # per step chance to re-draw the train/test destination
 number_times_single_memory_is_used_before_discard = 8  # replay ratio
@@ -80,7 +80,7 @@ float_hidden_dim = 128
 dense_hidden_dimension = 256
 iqn_embedding_dimension = 64
 iqn_n = 8  # quantiles per sample when training (even)
-iqn_k = 32  # quantiles per state when acting (even)
+iqn_k = 8  # quantiles per state when acting (even); fixed midpoint fractions, so 8 estimate the mean well
 use_jit = True
 iqn_kappa = 1.0  # (live) Huber threshold of the quantile loss
 use_ddqn = False  # (live) next action chosen by the online network instead of the target network
@@ -88,7 +88,7 @@ use_ddqn = False  # (live) next action chosen by the online network instead of t
 # ---------------------------------------------------------------------------------------------------
 # Optimisation
 # ---------------------------------------------------------------------------------------------------
-batch_size = 256  # [restart]
+batch_size = 128  # [restart]
 # (frames played, lr), exponential interpolation.
 lr_schedule = [(0, 1e-3), (300_000, 3e-4), (1_000_000, 1e-4)]
 weight_decay_lr_ratio = 1 / 50

@@ -1,0 +1,115 @@
+"""Pipeline figures (DESIGN §5), with real collector processes and the real learner, learner paused.
+
+- `pipeline.ingest_fraction`: learner time to take one rollout off its queue (unpickling included) and
+  store it (validation, n-step transitions, buffer fill) ÷ that rollout's play time in its collector.
+  Median over rollouts. Target <= 0.02.
+- `pipeline.two_collector_scaling`: aggregate actions/s of two collectors ÷ one collector, each measured
+  over the same window after start-up, the learner only draining queues. Target >= 1.8 on two cores.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as torch_mp
+
+from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.config_loader import CONFIG_DIR, LiveConfig
+from trackmania_rl.games import float_layout_for
+from trackmania_rl.multiprocess.collector_pool import CollectorPool
+from trackmania_rl.multiprocess.collector_process import collector_main
+from trackmania_rl.multiprocess.learner import Learner
+from trackmania_rl.shared_network import SharedNetwork
+
+WARMUP_ROLLOUTS = 1  # per collector: the first race pays for imports and TorchScript compilation
+
+
+def _start_pool(ctx, config_path: Path, shared, count: int) -> CollectorPool:
+    frames_played = ctx.Value("q", 0, lock=False)
+    pool = CollectorPool(
+        ctx, collector_main, args=(str(config_path), "carracing", count, shared, frames_played), count=count, queue_size=1, log=lambda m: None
+    )
+    pool.start()
+    return pool
+
+
+def _aggregate_actions_per_s(ctx, config_path: Path, shared, count: int, window_s: float) -> float:
+    """Actions of rollouts finished inside the window ÷ window, after each collector's warm-up races."""
+    pool = _start_pool(ctx, config_path, shared, count)
+    try:
+        warm = {i: 0 for i in range(count)}
+        while min(warm.values()) < WARMUP_ROLLOUTS:
+            got = pool.get_rollout(timeout_s=120)
+            if got is None:
+                raise RuntimeError("collectors produced no rollout within 120 s")
+            warm[got[0]] += 1
+        start = time.perf_counter()
+        actions = 0
+        while time.perf_counter() - start < window_s:
+            got = pool.get_rollout(timeout_s=0.5)
+            if got is not None:
+                actions += len(got[1][0]["actions"])
+        return actions / (time.perf_counter() - start)
+    finally:
+        pool.stop()
+
+
+def run(args):
+    torch.set_num_threads(1)
+    window_s = 20.0 if args.quick else 60.0
+    n_rollouts = 8 if args.quick else 30
+    workdir = Path(tempfile.mkdtemp(prefix="pipeline_benchmark_"))
+    try:
+        config_path = workdir / "config_copy.py"
+        shutil.copyfile(CONFIG_DIR / "config.py", config_path)
+        live = LiveConfig(config_path, game_backend="carracing", log=lambda m: None)
+        cfg = live.current
+        layout = float_layout_for(cfg)
+        ctx = torch_mp.get_context("spawn")
+        shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs)), ctx)
+
+        # ingest: one collector feeding a learner that does not train
+        learner = Learner(live, layout, torch.device("cpu"), workdir / "run", shared_network=shared, log=lambda m: None, resume=False)
+        pool = _start_pool(ctx, config_path, shared, 1)
+        fractions, ingest_ms, play_s = [], [], []
+        try:
+            received = 0
+            while len(fractions) < n_rollouts:
+                start = time.perf_counter()
+                got = pool.get_rollout(timeout_s=0.0)
+                if got is None:
+                    time.sleep(0.005)
+                    continue
+                rollout_results, end_race_stats, meta = got[1]
+                learner.ingest(rollout_results, end_race_stats, meta)
+                elapsed = time.perf_counter() - start
+                received += 1
+                if received <= WARMUP_ROLLOUTS:
+                    continue
+                fractions.append(elapsed / meta["rollout_duration_s"])
+                ingest_ms.append(1000 * elapsed)
+                play_s.append(meta["rollout_duration_s"])
+        finally:
+            pool.stop()
+        yield {
+            "figure": "pipeline.ingest_fraction",
+            "value": round(statistics.median(fractions), 5),
+            "unit": "ratio",
+            "target": "<= 0.02",
+            "ingest_ms_median": round(statistics.median(ingest_ms), 2),
+            "rollout_play_s_median": round(statistics.median(play_s), 2),
+            "rollouts": len(fractions),
+        }
+
+        one = _aggregate_actions_per_s(ctx, config_path, shared, 1, window_s)
+        two = _aggregate_actions_per_s(ctx, config_path, shared, 2, window_s)
+        yield {"figure": "pipeline.one_collector_actions_per_s", "value": round(one, 1), "unit": "actions/s", "window_s": window_s}
+        yield {"figure": "pipeline.two_collectors_actions_per_s", "value": round(two, 1), "unit": "actions/s", "window_s": window_s}
+        yield {"figure": "pipeline.two_collector_scaling", "value": round(two / one, 3), "unit": "ratio", "target": ">= 1.8"}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
