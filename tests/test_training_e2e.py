@@ -148,15 +148,22 @@ def test_train_end_to_end_then_resume(tmp_path):
     for pid in map(int, re.findall(r"started \(pid (\d+)\)", log1)):
         assert not _process_exists(pid), f"collector pid {pid} outlived the run"
 
-    # resume: counters, weights and buffers continue
-    run2 = TrainProcess(tmp_path, "e2e", minutes=0.5, collectors=1, log_name="run2.log")
+    # resume: counters, weights and buffers continue; Ctrl-C stops it cleanly with a final save
+    run2 = TrainProcess(tmp_path, "e2e", minutes=5, collectors=1, log_name="run2.log")
     try:
         resumed = run2.wait_for(r"resumed from .*: (\d+) frames, (\d+) batches, buffer (\d+) \+ test (\d+) transitions", 90)
         assert tuple(map(int, resumed.groups())) == (frames1, batches1, buffer1, test1)
-        assert run2.finish(180) == 0, run2.log()[-4000:]
+        run2.wait_for(r"\[collector 0\] ready", 60)
+        time.sleep(15)
+        run2.process.send_signal(signal.SIGINT)
+        assert run2.finish(120) == 0, run2.log()[-4000:]
     finally:
         if run2.process.poll() is None:
             run2.process.kill()
+    log2 = run2.log()
+    assert "interrupted: stopping collectors and saving" in log2
+    for pid in map(int, re.findall(r"started \(pid (\d+)\)", log2)):
+        assert not _process_exists(pid), f"collector pid {pid} outlived the interrupted run"
     stats2 = _stats(tmp_path, "e2e")
     assert stats2["frames_played"] > stats1["frames_played"]
     assert stats2["races"] > stats1["races"]

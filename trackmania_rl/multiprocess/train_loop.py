@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,15 @@ def prepare_run_folders(options: TrainOptions, user) -> tuple[Path, Path]:
     return run_dir, tb_run_dir
 
 
+def _stop_on_sigterm() -> None:
+    """A `kill` (SIGTERM) stops the run like Ctrl-C: collectors stopped, checkpoint saved."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run_training(options: TrainOptions) -> int:
     user = load_user_config()
     config_path = _resolve(options.config, None)
@@ -99,6 +109,7 @@ def run_training(options: TrainOptions) -> int:
         log=log,
     )
     status = StatusLine(enabled=options.status_line)
+    _stop_on_sigterm()
     deadline = time.perf_counter() + 60 * options.max_minutes if options.max_minutes else None
     last_aggregate = time.perf_counter()
     exit_reason = "time limit reached"

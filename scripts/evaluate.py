@@ -1,0 +1,85 @@
+"""Evaluate a trained network: greedy races (no exploration) on given CarRacing track seeds.
+
+    python scripts/evaluate.py --run save/carracing_default --seeds 0-9
+    python scripts/evaluate.py --weights path/weights_online.torch --seeds 0-9,20,30-31
+    python scripts/evaluate.py --weights w.torch --config my_config.py --seeds 5 --max-race-seconds 30
+
+Prints one JSON object per race as it ends (kind "race": seed, finished, race_time_s (null if not
+finished), native_score, progress_fraction (furthest progress along the lap), end_reason, n_actions,
+game_time_s) and a final one (kind "summary": races, finished, finished_fraction, mean_native_score,
+mean_race_time_s over the finished races (null if none), mean_progress_fraction, seeds).
+Races are MapSpec("eval", seed, is_explo=False, fill_buffer=False) played on the CPU.
+
+The config: --config if given, else the config_copy.py beside the weights (what the run trained with),
+else config_files/config.py. Bad arguments (missing files, weights that do not fit the config, a
+malformed seed list...) print `error: ...` and exit 2.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from trackmania_rl import evaluation  # noqa: E402
+from trackmania_rl.games.base import GameCrashed  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", help="a weights file (state_dict, e.g. save/<run>/checkpoint/weights_online.torch)")
+    source.add_argument("--run", help="a run folder (save/<run>: its newest complete checkpoint) or a checkpoint folder")
+    parser.add_argument("--config", default=None, help="config file (default: config_copy.py beside the weights, else config_files/config.py)")
+    parser.add_argument("--seeds", required=True, help="track seeds: 'A-B' inclusive ranges and comma lists, e.g. 0-9,20,30-31")
+    parser.add_argument("--max-race-seconds", type=float, default=None, help="override the overall race cutoff (game seconds)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse itself exits 2 on unknown or missing options
+    if args.threads < 1:
+        parser.error(f"--threads {args.threads}: must be at least 1")
+    try:
+        seeds = evaluation.parse_seeds(args.seeds)
+        policy = evaluation.open_policy(weights=args.weights, run=args.run, config=args.config, max_race_seconds=args.max_race_seconds)
+    except evaluation.EvaluationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    paths = policy.paths
+    note = " (no config given or found beside the weights: the repository default)" if paths.config_is_default else ""
+    print(f"evaluating {paths.weights} with config {paths.config}{note} on {len(seeds)} seed(s)", file=sys.stderr)
+
+    game = evaluation.make_eval_game(policy)
+    records = []
+    try:
+        for record in evaluation.evaluate_seeds(game, policy, seeds):
+            records.append(record)
+            print(json.dumps(record), flush=True)
+    except GameCrashed as e:
+        print(f"error: the game crashed twice on the same race: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted after {len(records)} race(s)", file=sys.stderr)
+        if not records:
+            return 130
+    finally:
+        game.close()
+    summary = evaluation.summarise(records)
+    summary.update(
+        weights=str(paths.weights),
+        config=str(paths.config),
+        max_race_seconds=policy.cfg.cutoff_rollout_if_race_not_finished_within_duration_ms / 1000,
+    )
+    print(json.dumps(summary), flush=True)
+    return 0 if len(records) == len(seeds) else 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

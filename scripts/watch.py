@@ -1,0 +1,97 @@
+"""Render one greedy race to a video: game view | network input frame | Q-values per action.
+
+    python scripts/watch.py --run save/carracing_default --seed 3 --out race.mp4
+    python scripts/watch.py --weights w.torch --seed 3 --out race.gif --height 240 --max-race-seconds 20
+
+One video frame per decision, played back in real game time by default (1000 / ms_per_action frames
+per second). The left panel is CarRacing's full RGB render (600 x 400, with its HUD), the middle one
+the grey frame the network saw (upscaled), the right one a bar per action of the network's Q-values,
+the chosen (greedy) action highlighted. GIF always works; MP4 needs the imageio-ffmpeg package.
+Prints the race as one JSON object (as scripts/evaluate.py does) plus the video's path, frame count
+and size. The config is chosen as in scripts/evaluate.py. Bad arguments print `error: ...`, exit 2.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from trackmania_rl import evaluation, race_video  # noqa: E402
+from trackmania_rl.games.base import GameCrashed  # noqa: E402
+
+DEFAULT_HEIGHT = {".gif": 240, ".mp4": 400}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", help="a weights file (state_dict, e.g. save/<run>/checkpoint/weights_online.torch)")
+    source.add_argument("--run", help="a run folder (save/<run>: its newest complete checkpoint) or a checkpoint folder")
+    parser.add_argument("--config", default=None, help="config file (default: config_copy.py beside the weights, else config_files/config.py)")
+    parser.add_argument("--seed", type=int, required=True, help="the track seed (integer >= 0)")
+    parser.add_argument("--out", required=True, help="output video: a .gif or .mp4 file name")
+    parser.add_argument("--height", type=int, default=None, help="video height in pixels (default 240 for GIF, 400 for MP4)")
+    parser.add_argument("--fps", type=float, default=None, help="frames per second (default: real time, 1000 / ms_per_action)")
+    parser.add_argument("--max-race-seconds", type=float, default=None, help="override the overall race cutoff (game seconds)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.seed < 0:
+        parser.error(f"--seed {args.seed}: track seeds are integers >= 0")
+    if args.threads < 1:
+        parser.error(f"--threads {args.threads}: must be at least 1")
+    if args.fps is not None and not 0 < args.fps <= 1000:
+        parser.error(f"--fps {args.fps}: must be in (0, 1000]")
+    try:
+        out = race_video.check_output_path(args.out)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    height = args.height if args.height is not None else DEFAULT_HEIGHT[out.suffix.lower()]
+    if height < race_video.MIN_HEIGHT:
+        parser.error(f"--height {height}: must be at least {race_video.MIN_HEIGHT} pixels")
+    try:
+        policy = evaluation.open_policy(weights=args.weights, run=args.run, config=args.config, max_race_seconds=args.max_race_seconds)
+    except evaluation.EvaluationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    cfg = policy.cfg
+    fps = args.fps if args.fps is not None else 1000 / cfg.ms_per_action
+    paths = policy.paths
+    note = " (no config given or found beside the weights: the repository default)" if paths.config_is_default else ""
+    print(f"watching {paths.weights} with config {paths.config}{note} on seed {args.seed} -> {out}", file=sys.stderr)
+
+    composer = race_video.FrameComposer(cfg, height)
+    game = evaluation.make_eval_game(policy)
+    try:
+        with race_video.VideoWriter(out, fps) as writer:
+
+            def observer(step, frame, state_float, decision):
+                action, _, _, q_values = decision
+                view = race_video.render_game_view(game.env)
+                writer.write(composer.compose(view, frame, q_values, action, step * cfg.ms_per_action / 1000, step))
+
+            record = evaluation.play_race(game, policy, args.seed, observer=observer)
+            frames = writer.frames_written
+    except GameCrashed as e:
+        print(f"error: the game crashed during the race: {e}", file=sys.stderr)
+        return 1
+    finally:
+        game.close()
+    layout = composer.layout
+    record.update(out=str(out), frames=frames, width=layout.width, height=layout.height, fps=fps)
+    print(json.dumps(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
