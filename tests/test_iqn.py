@@ -300,6 +300,27 @@ def test_weight_refresh_reaches_the_acting_network(cfg, layout, jit):
         np.testing.assert_allclose(inferer.infer_network(frame, floats), shared_q(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("jit", [True, False])
+def test_inferer_acting_path_computes_forward(cfg, layout, jit):
+    """The collector's path (quantile embedding cached per weight refresh, reused input tensors) gives the
+    Q values of the plain forward at the midpoint fractions, before and after a refresh."""
+    collector = make_inference_network(cfg, layout, N_ACTIONS, jit=jit)
+    inferer = Inferer(collector, cfg, N_ACTIONS)
+    assert inferer._q_at_taus is not None
+    img, floats = random_states(cfg, layout, 3)
+    shared = IQNNetwork(cfg, layout, N_ACTIONS)
+    for refresh in range(2):
+        for i in range(3):
+            with torch.inference_mode():
+                expected = collector(img[i : i + 1], floats[i : i + 1], cfg.iqn_k, midpoint_taus(cfg.iqn_k))[0][0].numpy()
+            np.testing.assert_array_equal(inferer.infer_network(img[i].numpy(), floats[i].numpy()), expected)
+            # float64 floats are cast to float32 as before
+            np.testing.assert_array_equal(inferer.infer_network(img[i].numpy(), floats[i].double().numpy()), expected)
+            action, _, value, q = inferer.get_exploration_action(img[i].numpy(), floats[i].numpy())
+            assert q.dtype == np.float32 and value == q.max() and action == int(np.argmax(expected.mean(axis=0)))
+        collector.load_state_dict_from(shared)
+
+
 def test_network_save_load_round_trip(cfg, layout, tmp_path):
     net = IQNNetwork(cfg, layout, N_ACTIONS)
     with torch.no_grad():

@@ -169,3 +169,21 @@ def test_train_end_to_end_then_resume(tmp_path):
     assert stats2["races"] > stats1["races"]
     assert stats2["policy_version"] > stats1["policy_version"]
     assert stats2["collector_restarts"] == 1
+
+    # a learner killed outright (SIGKILL: no chance to clean up) takes its collectors with it, and the
+    # run's last checkpoint is intact
+    run3 = TrainProcess(tmp_path, "e2e", minutes=5, collectors=1, log_name="run3.log")
+    try:
+        run3.wait_for(r"resumed from", 90)
+        pid = int(run3.wait_for(r"collector 0 started \(pid (\d+)\)", 60).group(1))
+        run3.wait_for(r"\[collector 0\] ready", 60)
+        run3.process.kill()
+        run3.finish(30)
+        deadline = time.time() + 15
+        while _process_exists(pid) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _process_exists(pid), "a collector outlived its killed learner"
+    finally:
+        if run3.process.poll() is None:
+            run3.process.kill()
+    assert _stats(tmp_path, "e2e") == stats2

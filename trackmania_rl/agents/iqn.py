@@ -80,20 +80,41 @@ class IQNNetwork(nn.Module):
 
     def forward(self, img: torch.Tensor, state_float: torch.Tensor, n_quantiles: int, taus: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         batch_size = img.shape[0]
-        img_features = self.img_head((img.float() - 128.0) / 128.0)
-        float_features = self.float_feature_extractor((state_float - self.float_mean) / self.float_std)
-        features = torch.cat([img_features, float_features], dim=1)  # (B, F)
+        features = self.state_features(img, state_float)  # (B, F)
         if taus is None:
             taus = self.sample_taus(batch_size, n_quantiles, img.device)
         else:
             taus = taus.to(features.dtype).expand(batch_size, -1)
+        return self.q_from_features(features, self.quantile_embedding(taus)), taus
+
+    # forward in parts, so that acting at fixed fractions can compute the quantile embedding once per
+    # weight refresh (`q_with_embedding`; see agents/inference.py) with the very same operations
+
+    @torch.jit.export
+    def state_features(self, img: torch.Tensor, state_float: torch.Tensor) -> torch.Tensor:
+        """(B, F): conv features of the frame, then MLP features of the normalised floats."""
+        img_features = self.img_head((img.float() - 128.0) / 128.0)
+        float_features = self.float_feature_extractor((state_float - self.float_mean) / self.float_std)
+        return torch.cat([img_features, float_features], dim=1)
+
+    @torch.jit.export
+    def quantile_embedding(self, taus: torch.Tensor) -> torch.Tensor:
+        """Fractions (B, N) -> (B, N, F): LeakyReLU(iqn_fc(cos(pi i tau)))."""
         embedding = torch.cos(taus.unsqueeze(-1) * self.cos_frequencies)  # (B, N, E)
-        embedding = self.iqn_activation(self.iqn_fc(embedding))  # (B, N, F)
+        return self.iqn_activation(self.iqn_fc(embedding))
+
+    @torch.jit.export
+    def q_from_features(self, features: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """State features (B, F) and quantile embedding (B or 1, N, F) -> quantile values (B, N, A)."""
         x = features.unsqueeze(1) * embedding
         advantage = self.A_head(x)
         value = self.V_head(x)
-        q = value + advantage - advantage.mean(dim=-1, keepdim=True)
-        return q, taus
+        return value + advantage - advantage.mean(dim=-1, keepdim=True)
+
+    @torch.jit.export
+    def q_with_embedding(self, img: torch.Tensor, state_float: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """forward's Q at the fractions whose `quantile_embedding` (1, N, F) is given."""
+        return self.q_from_features(self.state_features(img, state_float), embedding)
 
 
 def make_network(cfg, layout: FloatLayout, n_actions: int, device: torch.device | str = "cpu") -> IQNNetwork:
@@ -269,24 +290,52 @@ class Inferer:
         self.tau_epsilon_boltzmann = float(cfg.tau_epsilon_boltzmann)
         self.n_quantiles = int(cfg.iqn_k)
         self.taus = midpoint_taus(self.n_quantiles, self.device)
+        # an InferenceNetwork (agents/inference.py) computes the quantile embedding of these fixed fractions
+        # once per weight refresh rather than once per action
+        at_fixed_taus = getattr(network, "at_fixed_taus", None)
+        self._q_at_taus = at_fixed_taus(self.taus) if at_fixed_taus is not None else None
+        self._img_np = self._floats_np = None  # input buffers (see `_inputs`)
 
     def set_exploration(self, epsilon: float, epsilon_boltzmann: float, tau_epsilon_boltzmann: float | None = None) -> None:
         self.epsilon, self.epsilon_boltzmann = float(epsilon), float(epsilon_boltzmann)
         if tau_epsilon_boltzmann is not None:
             self.tau_epsilon_boltzmann = float(tau_epsilon_boltzmann)
 
+    def _inputs(self, frame: np.ndarray, state_float: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(1, *frame.shape) and (1, D) float32 tensors on the device holding one state. A uint8 frame and the
+        floats are copied into tensors kept between calls (a collector's states all have one shape): measured
+        3-4% faster per acting call than wrapping each new array with torch.from_numpy (1 CPU thread)."""
+        if frame.dtype != np.uint8:
+            img = torch.from_numpy(np.ascontiguousarray(frame)).unsqueeze(0)
+            floats = torch.from_numpy(np.ascontiguousarray(state_float, dtype=np.float32)).unsqueeze(0)
+        else:
+            if self._img_np is None or self._img_np.shape[1:] != frame.shape or self._floats_np.shape[1:] != state_float.shape:
+                self._img, self._floats = torch.empty((1, *frame.shape), dtype=torch.uint8), torch.empty((1, *state_float.shape))
+                self._img_np, self._floats_np = self._img.numpy(), self._floats.numpy()
+            self._img_np[0] = frame
+            self._floats_np[0] = state_float  # any float dtype, cast to float32 as np.asarray(..., np.float32) would
+            img, floats = self._img, self._floats
+        if self.device.type != "cpu":
+            img, floats = img.to(self.device), floats.to(self.device)
+        return img, floats
+
     def infer_network(self, frame: np.ndarray, state_float: np.ndarray, taus: torch.Tensor | None = None) -> np.ndarray:
         """Quantile values (K, A) for one state (frame uint8 (1, H, W), floats (D,))."""
-        img = torch.from_numpy(np.ascontiguousarray(frame)).unsqueeze(0).to(self.device)
-        floats = torch.from_numpy(np.ascontiguousarray(state_float, dtype=np.float32)).unsqueeze(0).to(self.device)
-        taus = self.taus if taus is None else taus.to(self.device)
+        img, floats = self._inputs(frame, state_float)
         with torch.inference_mode():
-            q, _ = self.network(img, floats, int(taus.shape[1]), taus)
-        return q[0].float().cpu().numpy()
+            if taus is None and self._q_at_taus is not None:
+                q = self._q_at_taus(img, floats)
+            else:
+                taus = self.taus if taus is None else taus.to(self.device)
+                q, _ = self.network(img, floats, int(taus.shape[1]), taus)
+        q = q[0]
+        if q.dtype != torch.float32 or q.device.type != "cpu":
+            q = q.float().cpu()
+        return q.numpy()
 
     def get_exploration_action(self, frame: np.ndarray, state_float: np.ndarray) -> tuple[int, bool, float, np.ndarray]:
-        q_values = self.infer_network(frame, state_float).mean(axis=0).astype(np.float32)
-        greedy_action = int(np.argmax(q_values))
+        q_values = self.infer_network(frame, state_float).mean(axis=0)  # float32
+        greedy_action = int(q_values.argmax())
         action = greedy_action
         if self.is_explo:
             r = self.rng.random()
@@ -294,6 +343,6 @@ class Inferer:
                 action = int(self.rng.integers(self.n_actions))
             elif r < self.epsilon + self.epsilon_boltzmann:
                 action = int(np.argmax(q_values + self.tau_epsilon_boltzmann * self.rng.standard_normal(self.n_actions)))
-        return action, action == greedy_action, float(q_values.max()), q_values
+        return action, action == greedy_action, float(q_values[greedy_action]), q_values
 
     __call__ = get_exploration_action

@@ -4,17 +4,20 @@
   render and `physics_steps_per_action` physics steps, through the same env class (one render per
   action) as the rollout, replaying the very actions the rollout played on the same seed, so both do
   the same physics and draw the same scenes;
-- `game.rollout_steps_per_s`: a full `CarRacingGameInstance.rollout()` with a policy of the default
-  network size on CPU (one thread, batch 1, iqn_k quantiles per action);
+- `game.rollout_steps_per_s`: a full `CarRacingGameInstance.rollout()` acting through a collector's own
+  path (`make_policy`): `CollectorPolicy` (trackmania_rl/policy.py) over a real `SharedNetwork` holding a
+  network of the default config sizes, on the CPU with the collector's torch settings (one thread, batch
+  1, iqn_k quantiles per action, TorchScript when cfg.use_jit, convolutions without oneDNN:
+  agents/inference.py `use_acting_torch_settings`), its weights fetched every
+  `update_inference_network_every_n_actions` actions; the centerline follower drives while the network's
+  decision is paid for;
 - `game.collector_efficiency`: their ratio (target >= 0.90).
 Also `game.collector_efficiency_without_network` (the same rollout with the hand-written centerline
 follower deciding and no network: the game side's own overhead) and the rollout's per-stage timings
-(`game.rollout_ns_per_action.<stage>`). Each repetition measures all back to back, in rotated order;
-figures are medians over repetitions of wall-clock rates; the efficiency lines also give the ratio from
-the process's CPU time (`cpu_time_ratio`), which other processes on a shared machine disturb less.
-
-The policy network is a stand-in with the default config sizes (see `make_policy`); switch it to the
-real inference network of trackmania_rl/agents/iqn.py once that exists.
+(`game.rollout_ns_per_action.<stage>`; `exploration_policy` includes the follower's decision).
+Each repetition measures all back to back, in rotated order; figures are medians over repetitions of
+wall-clock rates; the efficiency lines also give the ratio from the process's CPU time
+(`cpu_time_ratio`), which other processes on a shared machine disturb less.
 """
 
 from __future__ import annotations
@@ -22,75 +25,51 @@ from __future__ import annotations
 import statistics
 import time
 
-import torch
-from torch import nn
+import torch.multiprocessing as torch_mp
 
+from trackmania_rl.agents.inference import acting_torch_settings
+from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config_loader import default_config
 from trackmania_rl.games.base import MapSpec
 from trackmania_rl.games.car_racing import CarRacingGameInstance, centerline_follower
+from trackmania_rl.policy import CollectorPolicy
+from trackmania_rl.shared_network import SharedNetwork
 
 SEEDS = (0, 1, 2, 3)
 STAGES = ("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network", "bookkeeping")
 
 
-class _StandInIQN(nn.Module):
-    """Linesight's IQN shape at the config's sizes: conv image head + float MLP, cosine quantile
-    embedding multiplying the joint features, dueling advantage / value heads."""
+def make_policy(cfg, layout, n_actions: int, choose_action):
+    """A collector's own acting path: `CollectorPolicy` (TorchScript inference network when cfg.use_jit,
+    Inferer at iqn_k midpoint quantiles, batch 1) over a real `SharedNetwork` in shared memory (spawn
+    context, as scripts/train.py builds it), holding a freshly initialised network of the config's sizes.
 
-    def __init__(self, cfg, layout, n_actions: int):
-        super().__init__()
-        float_dim = layout.dim
-        self.register_buffer("float_mean", torch.from_numpy(layout.mean))
-        self.register_buffer("float_std", torch.from_numpy(layout.std))
-        layers, channels = [], 1
-        for out_channels, kernel, stride in cfg.conv_layers:
-            layers += [nn.Conv2d(channels, out_channels, kernel, stride), nn.LeakyReLU()]
-            channels = out_channels
-        self.img_head = nn.Sequential(*layers, nn.Flatten())
-        with torch.no_grad():
-            conv_out = self.img_head(torch.zeros(1, 1, cfg.H_downsized, cfg.W_downsized)).shape[1]
-        hidden = cfg.float_hidden_dim
-        self.float_head = nn.Sequential(nn.Linear(float_dim, hidden), nn.LeakyReLU(), nn.Linear(hidden, hidden), nn.LeakyReLU())
-        joint = conv_out + hidden
-        self.iqn_fc = nn.Sequential(nn.Linear(cfg.iqn_embedding_dimension, joint), nn.LeakyReLU())
-        half = cfg.dense_hidden_dimension // 2
-        self.advantage = nn.Sequential(nn.Linear(joint, half), nn.LeakyReLU(), nn.Linear(half, n_actions))
-        self.value = nn.Sequential(nn.Linear(joint, half), nn.LeakyReLU(), nn.Linear(half, 1))
-        self.register_buffer("cos_freqs", torch.arange(1, cfg.iqn_embedding_dimension + 1, dtype=torch.float32) * torch.pi)
-
-    def forward(self, frames: torch.Tensor, floats: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-        """frames uint8 (B, 1, H, W), raw floats (B, D), tau (B, K) -> quantile values (B, K, n_actions)."""
-        floats = (floats - self.float_mean) / self.float_std
-        features = torch.cat([self.img_head((frames.float() - 128.0) / 128.0), self.float_head(floats)], dim=1)
-        features = features.unsqueeze(1) * self.iqn_fc(torch.cos(tau.unsqueeze(-1) * self.cos_freqs))
-        advantage = self.advantage(features)
-        return self.value(features) + advantage - advantage.mean(dim=-1, keepdim=True)
-
-
-def make_policy(cfg, layout, n_actions: int, choose_action=None):
-    """An exploration policy that runs a network of the default size at batch 1 per action on one CPU
-    thread and returns its q-values (mean over iqn_k midpoint quantiles). The action is the greedy one,
-    or `choose_action(frame, state_float)[0]` when given (the benchmark drives with the centerline
-    follower so that the car drives along the track, while paying for the network).
-
-    With cfg.use_jit the network is TorchScript-compiled but not frozen: a collector refreshes its
-    weights in place every few actions, which a frozen module (weights baked in) would not see.
-    Stand-in for the real inference network (trackmania_rl/agents): switch to it once it exists."""
-    torch.set_num_threads(1)
-    network = _StandInIQN(cfg, layout, n_actions).eval()
-    tau = ((torch.arange(cfg.iqn_k, dtype=torch.float32) + 0.5) / cfg.iqn_k)[None]  # (1, K) midpoints
-    if cfg.use_jit:
-        network = torch.jit.script(network)
+    Returns (policy, update_network, shared). `policy(frame, state_float)` pays for the network's decision
+    and plays `choose_action(frame, state_float)[0]` instead (the benchmark drives with the centerline
+    follower so that the car follows the track), reporting it greedy when it is the network's argmax.
+    `update_network()` is the collector's: the rollout calls it every
+    update_inference_network_every_n_actions actions; before each call a new policy version is announced
+    (version bump only: the learner's publish is not the collector's cost), so every call copies the
+    shared weights into the acting network, as a collector does whenever the learner has published: the
+    collector's worst case."""
+    shared = SharedNetwork(make_network(cfg, layout, n_actions, "cpu"), torch_mp.get_context("spawn"))
+    shared.publish(shared.network)  # version 1
+    collector = CollectorPolicy(cfg, layout, n_actions, shared)
 
     def policy(frame, state_float):
-        with torch.inference_mode():
-            quantiles = network(torch.from_numpy(frame)[None], torch.from_numpy(state_float)[None], tau)
-            q_values = quantiles[0].mean(dim=0).numpy()
-        greedy = int(q_values.argmax())
-        action = greedy if choose_action is None else int(choose_action(frame, state_float)[0])
-        return action, action == greedy, float(q_values[greedy]), q_values
+        _, _, value, q_values = collector(frame, state_float)
+        action = int(choose_action(frame, state_float)[0])
+        return action, action == int(q_values.argmax()), value, q_values
 
-    return policy
+    def update_network():
+        shared.set_version(shared.version + 1)  # "the learner published": the collector's fetch copies
+        collector.update_network()
+
+    def start_race():  # what a collector does before each race (greedy: the follower drives anyway)
+        collector.start_race(cfg, 0, explore=False)
+
+    policy.start_race = start_race
+    return policy, update_network, shared
 
 
 def play_bare(game: CarRacingGameInstance, seed: int, actions) -> None:
@@ -112,18 +91,12 @@ def timed(play) -> tuple[float, float, object]:
     return time.perf_counter() - wall, time.process_time() - cpu, result
 
 
-def run(args):
-    quick = getattr(args, "quick", False)
-    # Many short races (cut off after race_ms of game time) rather than a few laps: on a machine
-    # shared with other work, medians over many short paired runs are steadier than over a few long.
-    race_ms, repetitions = (5_000, 4) if quick else (10_000, 12)
-    cfg = default_config().replace(cutoff_rollout_if_race_not_finished_within_duration_ms=race_ms)
-    game = CarRacingGameInstance(cfg)
+def _measure(cfg, game: CarRacingGameInstance, repetitions: int):
     layout = game.float_layout
     follower = centerline_follower(cfg, layout)
-    network_policy = make_policy(cfg, layout, len(cfg.inputs), choose_action=follower)
+    network_policy, update_network, _shared = make_policy(cfg, layout, len(cfg.inputs), choose_action=follower)
 
-    def update_network():  # weight copies belong to the collector's figures, not the game's
+    def no_network_to_update():
         pass
 
     # An untimed rollout per seed records the actions the bare game replays (the policies are
@@ -132,21 +105,26 @@ def run(args):
     maps, recorded = {}, {}
     for seed in SEEDS:
         maps[seed] = MapSpec(f"seed{seed}", seed)
+        network_policy.start_race()
         results, _ = game.rollout(network_policy, maps[seed], game.zone_centers_for(maps[seed]), update_network)
         recorded[seed] = results["actions"]
 
-    def rollout(policy, seed):
-        results, stats = game.rollout(policy, maps[seed], game.zone_centers_for(maps[seed]), update_network)
+    def rollout(policy, seed, update):
+        results, stats = game.rollout(policy, maps[seed], game.zone_centers_for(maps[seed]), update)
         if results["actions"] != recorded[seed]:
             raise RuntimeError("a benchmark rollout did not replay its recorded actions: the game is not deterministic")
         return stats
+
+    def collector_rollout(seed):
+        network_policy.start_race()
+        return rollout(network_policy, seed, update_network)
 
     # three ways to play the same race; each repetition runs them back to back in a rotated order so
     # that drifts in machine load hit all alike
     contenders = {
         "bare": lambda seed: play_bare(game, seed, recorded[seed]),
-        "rollout": lambda seed: rollout(network_policy, seed),
-        "rollout_without_network": lambda seed: rollout(follower, seed),
+        "rollout": collector_rollout,
+        "rollout_without_network": lambda seed: rollout(follower, seed, no_network_to_update),
     }
     wall_rates = {name: [] for name in contenders}
     cpu_rates = {name: [] for name in contenders}
@@ -161,7 +139,22 @@ def run(args):
             if name == "rollout":
                 for stage in STAGES:
                     stage_ns[stage].append(stats[f"instrumentation__{stage}"])
-    game.close()
+    return recorded, wall_rates, cpu_rates, stage_ns
+
+
+def run(args):
+    quick = getattr(args, "quick", False)
+    # Many short races (cut off after race_ms of game time) rather than a few laps: on a machine
+    # shared with other work, medians over many short paired runs are steadier than over a few long.
+    race_ms, repetitions = (5_000, 4) if quick else (10_000, 12)
+    cfg = default_config().replace(cutoff_rollout_if_race_not_finished_within_duration_ms=race_ms)
+    game = CarRacingGameInstance(cfg)
+    try:
+        # the collector's torch settings (1 thread, batch-1 convolutions without oneDNN), restored after
+        with acting_torch_settings():
+            recorded, wall_rates, cpu_rates, stage_ns = _measure(cfg, game, repetitions)
+    finally:
+        game.close()
 
     median = {name: statistics.median(values) for name, values in wall_rates.items()}
     cpu_median = {name: statistics.median(values) for name, values in cpu_rates.items()}
@@ -183,7 +176,9 @@ def run(args):
         "value": round(median["rollout"], 2),
         "unit": "actions/s",
         "samples": [round(r, 2) for r in wall_rates["rollout"]],
-        "policy": "stand-in IQN of the default config sizes, 1 CPU thread, batch 1" + (", TorchScript" if cfg.use_jit else ", eager"),
+        "policy": f"CollectorPolicy over a SharedNetwork, default config sizes, iqn_k {cfg.iqn_k}, 1 CPU thread, batch 1, "
+        f"oneDNN off, weights fetched every {cfg.update_inference_network_every_n_actions} actions"
+        + (", TorchScript" if cfg.use_jit else ", eager"),
         **common,
     }
     for figure, name, extra in (

@@ -17,6 +17,7 @@ import traceback
 import numpy as np
 import torch
 
+from trackmania_rl.agents.inference import use_acting_torch_settings
 from trackmania_rl.config_loader import LiveConfig
 from trackmania_rl.games import make_game_instance
 from trackmania_rl.games.base import GameCrashed
@@ -31,11 +32,26 @@ def _parent_alive() -> bool:
     return parent is None or parent.is_alive()
 
 
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this process if the learner dies, even by SIGKILL (no orphan
+    collectors). Elsewhere the collector notices a dead parent between races and while waiting to put."""
+    try:
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def collector_main(index, rollout_queue, heartbeat, stop_event, config_path, game_backend, collectors_count, shared_network, frames_played):
     """Process entry point. Never returns while the run goes on; exceptions other than game crashes end
     the process with a traceback, and the learner's pool restarts it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle; it stops us
-    torch.set_num_threads(1)
+    _die_with_parent()
+    if not _parent_alive():  # the learner died before the death signal was armed
+        return
+    use_acting_torch_settings()  # one thread, batch-1 convolutions without oneDNN (faster; this process only)
     seed = COLLECTOR_SEED_BASE + index
     random.seed(seed)
     np.random.seed(seed)
@@ -105,4 +121,6 @@ def collector_main(index, rollout_queue, heartbeat, stop_event, config_path, gam
         log("stopped by an error:\n" + traceback.format_exc())
         raise
     finally:
+        # A rollout still in the queue's pipe must not hold the exit: nobody may read it any more.
+        rollout_queue.cancel_join_thread()
         game.close()
