@@ -67,7 +67,7 @@ gamma_schedule = [(0, 0.999), (300_000, 1.0)]
 memory_size_schedule = [(0, (50_000, 5_000)), (200_000, (100_000, 5_000))]
 buffer_test_ratio = 0.05  # share of transitions routed to the hidden test buffer (and of batches run on it)
 buffer_test_switch_probability = 0.1  # per step chance to re-draw the train/test destination
-number_times_single_memory_is_used_before_discard = 8  # replay ratio
+number_times_single_memory_is_used_before_discard = 12  # replay ratio: each stored transition is sampled ~12 times
 prio_alpha = 0.0  # 0 = uniform replay; > 0 = prioritized replay
 prio_beta = 0.4
 prio_epsilon = 1e-3
