@@ -12,6 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from trackmania_rl.checkpoint import CheckpointError  # noqa: E402
 from trackmania_rl.config_loader import ConfigError  # noqa: E402
 from trackmania_rl.multiprocess.train_loop import TrainOptions, run_training  # noqa: E402
 
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     options = parse_args(argv)
     try:
         return run_training(options)
-    except ConfigError as e:  # bad settings (config, user config, device) end here with a clear message
+    except (ConfigError, CheckpointError) as e:  # bad settings or an unusable checkpoint: a clear message, nothing lost
         print(f"error: {e}", file=sys.stderr)
         return 2
 

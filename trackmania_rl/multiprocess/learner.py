@@ -161,24 +161,23 @@ class Learner:
         A rollout that breaks the contract is refused with a log line and nothing is stored.
         """
         start = time.perf_counter()
+        gamma = self.schedules()["gamma"]
         try:
             validate_rollout(rollout_results, self.frame_shape, self.layout.dim, self.n_actions)
+            stored = (0, 0)
+            if meta.get("fill_buffer", True):  # raises before touching either buffer
+                stored = fill_buffers(rollout_results, self.buffer, self.buffer_test, self.cfg, self.layout, gamma, self.rng)
         except InvalidRollout as e:
             self.stats.rollouts_rejected += 1
-            self.log(f"rollout from collector {meta.get('collector')} on {meta.get('map_name')} refused: {e}")
+            self.log(f"rollout from collector {meta.get('collector')} on {meta.get('map_name')} seed {meta.get('seed')} refused: {e}")
             return {"rejected": str(e)}
+        n_train, n_test = stored
         n_frames = len(rollout_results["actions"])
         self.stats.frames_played += n_frames
         self.stats.races += 1
-        finished = bool(end_race_stats.get("race_finished"))
-        self.stats.races_finished += int(finished)
-        n_train = n_test = 0
-        if meta.get("fill_buffer", True):
-            n_train, n_test = fill_buffers(
-                rollout_results, self.buffer, self.buffer_test, self.cfg, self.layout, self.schedules()["gamma"], self.rng
-            )
-            self.stats.memories_generated += n_train + n_test
-            self.stats.single_memories_should_have_been_used += self.cfg.number_times_single_memory_is_used_before_discard * n_train
+        self.stats.races_finished += int(bool(end_race_stats.get("race_finished")))
+        self.stats.memories_generated += n_train + n_test
+        self.stats.single_memories_should_have_been_used += self.cfg.number_times_single_memory_is_used_before_discard * n_train
         ingest_s = time.perf_counter() - start
         self._log_race(rollout_results, end_race_stats, meta, ingest_s)
         return {"n_train": n_train, "n_test": n_test, "ingest_s": ingest_s, "frames": n_frames}
@@ -209,16 +208,14 @@ class Learner:
                 self.window[f"collector_{key[len('instrumentation__'):]}_ns_per_action"].append(value)
         if self.logger is None:
             return
-        zones = max(1, len(rollout_results.get("current_zone_idx", [])))
-        progress = rollout_results["meters_advanced_along_centerline"]
         self.logger.race(
             kind,
             {
                 "race_time_s": race_time_ms / 1000,
                 "finished": float(finished),
                 "native_score": end_race_stats.get("native_score", 0.0),
-                "furthest_zone": rollout_results.get("furthest_zone_idx", zones),
-                "progress_fraction": end_race_stats.get("progress_fraction", float(progress[-1]) if progress else 0.0),
+                "furthest_zone": rollout_results["furthest_zone_idx"],
+                "progress_fraction": end_race_stats.get("progress_fraction", 0.0),
             },
             self.stats.frames_played,
         )
