@@ -30,13 +30,8 @@ from trackmania_rl.games.base import GameCrashed  # noqa: E402
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--weights", help="a weights file (state_dict, e.g. save/<run>/checkpoint/weights_online.torch)")
-    source.add_argument("--run", help="a run folder (save/<run>: its newest complete checkpoint) or a checkpoint folder")
-    parser.add_argument("--config", default=None, help="config file (default: config_copy.py beside the weights, else config_files/config.py)")
+    evaluation.add_policy_arguments(parser)
     parser.add_argument("--seeds", required=True, help="track seeds: 'A-B' inclusive ranges and comma lists, e.g. 0-9,20,30-31")
-    parser.add_argument("--max-race-seconds", type=float, default=None, help="override the overall race cutoff (game seconds)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     return parser
 
 

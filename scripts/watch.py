@@ -28,16 +28,11 @@ DEFAULT_HEIGHT = {".gif": 240, ".mp4": 400}
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--weights", help="a weights file (state_dict, e.g. save/<run>/checkpoint/weights_online.torch)")
-    source.add_argument("--run", help="a run folder (save/<run>: its newest complete checkpoint) or a checkpoint folder")
-    parser.add_argument("--config", default=None, help="config file (default: config_copy.py beside the weights, else config_files/config.py)")
+    evaluation.add_policy_arguments(parser)
     parser.add_argument("--seed", type=int, required=True, help="the track seed (integer >= 0)")
     parser.add_argument("--out", required=True, help="output video: a .gif or .mp4 file name")
     parser.add_argument("--height", type=int, default=None, help="video height in pixels (default 240 for GIF, 400 for MP4)")
     parser.add_argument("--fps", type=float, default=None, help="frames per second (default: real time, 1000 / ms_per_action)")
-    parser.add_argument("--max-race-seconds", type=float, default=None, help="override the overall race cutoff (game seconds)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     return parser
 
 

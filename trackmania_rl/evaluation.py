@@ -46,6 +46,16 @@ class EvaluationError(ValueError):
 # --------------------------------------------------------------------------------------------------
 # Arguments
 # --------------------------------------------------------------------------------------------------
+def add_policy_arguments(parser) -> None:
+    """The options evaluate.py and watch.py share: which network, which config, race length, threads."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", help="a weights file (state_dict, e.g. save/<run>/checkpoint/weights_online.torch)")
+    source.add_argument("--run", help="a run folder (save/<run>: its newest complete checkpoint) or a checkpoint folder")
+    parser.add_argument("--config", default=None, help="config file (default: config_copy.py beside the weights, else config_files/config.py)")
+    parser.add_argument("--max-race-seconds", type=float, default=None, help="override the overall race cutoff (game seconds)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+
+
 _SEED_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 

@@ -1,0 +1,127 @@
+"""Run settings.
+
+`scripts/train.py` copies this file to `config_copy.py` at start; the running processes reload the copy,
+so a live run can be tuned by editing `config_copy.py` while this file is kept for the next run.
+Every setting is checked by `trackmania_rl/config_loader.py`; settings marked [restart] cannot change in
+a live run (an edit of the copy is reported and not applied; put it in this file for the next start).
+docs/config.md explains each.
+Units: ms of game time, "m" are game distance units (Box2D units for CarRacing), frames = actions played.
+"""
+
+# ---------------------------------------------------------------------------------------------------
+# Game time and images
+# ---------------------------------------------------------------------------------------------------
+# [restart] Physics steps one action is held for. CarRacing runs 50 physics steps per game second,
+# so 4 steps = 80 ms per action (12.5 decisions per second).
+physics_steps_per_action = 4
+# [restart] Size of the grey frame the network sees (the HUD bar is cut off before resizing).
+H_downsized = 64
+W_downsized = 64
+
+# ---------------------------------------------------------------------------------------------------
+# Float inputs (the layout is declared once in trackmania_rl/games/car_racing_inputs.py)
+# ---------------------------------------------------------------------------------------------------
+n_prev_actions_in_inputs = 5  # [restart]
+n_zone_centers_in_inputs = 16  # [restart] zone centers ahead given to the network
+one_every_n_zone_centers_in_inputs = 4  # [restart] stride between those centers (4 x 3.5 = 14 m)
+margin_to_announce_finish_meters = 300.0  # [restart] cap of the "distance left to finish" input
+
+# ---------------------------------------------------------------------------------------------------
+# Zones (virtual checkpoints) along the centerline
+# ---------------------------------------------------------------------------------------------------
+distance_between_checkpoints = 3.5  # [restart] CarRacing's own track points are 3.5 apart
+n_zone_centers_extrapolate_before_start_of_map = 20  # [restart]
+n_zone_centers_extrapolate_after_end_of_map = 100  # [restart] at least the look-ahead span (zones)
+road_width = 40.0  # zone changes are only accepted within ~half this distance of the next center
+
+# ---------------------------------------------------------------------------------------------------
+# Race cut-offs
+# ---------------------------------------------------------------------------------------------------
+cutoff_rollout_if_race_not_finished_within_duration_ms = 60_000
+cutoff_rollout_if_no_vcp_passed_within_duration_ms = 2_000
+
+# ---------------------------------------------------------------------------------------------------
+# Rewards (step reward = time penalty + progress; shaping is potential-based)
+# ---------------------------------------------------------------------------------------------------
+constant_reward_per_ms = -1.0 / 1000  # -1 per second of game time
+reward_per_m_advanced_along_centerline = 1.0 / 60  # +1 per 60 m: break-even at 60 m/s
+shaped_reward_dist_to_cur_vcp = -0.05  # potential: this x clamp(distance to current zone center)
+shaped_reward_min_dist_to_cur_vcp = 2.0
+shaped_reward_max_dist_to_cur_vcp = 20.0
+
+# ---------------------------------------------------------------------------------------------------
+# Mini-races and n-step returns
+# ---------------------------------------------------------------------------------------------------
+n_steps = 3  # [restart]
+discard_non_greedy_actions_in_nsteps = True
+temporal_mini_race_duration_ms = 4_000  # [restart] horizon H = this // ms_per_action actions (>= n_steps)
+oversample_long_term_steps = 16
+oversample_maximum_term_steps = 4
+# (frames played, gamma), linear interpolation.
+gamma_schedule = [(0, 0.999), (300_000, 1.0)]
+
+# ---------------------------------------------------------------------------------------------------
+# Replay buffers
+# ---------------------------------------------------------------------------------------------------
+# (frames played, (capacity, transitions needed before learning starts)), staircase; capacities only grow.
+memory_size_schedule = [(0, (50_000, 5_000)), (200_000, (100_000, 5_000))]
+buffer_test_ratio = 0.05  # share of transitions routed to the hidden test buffer (and of batches run on it)
+buffer_test_switch_probability = 0.1  # per step chance to re-draw the train/test destination
+number_times_single_memory_is_used_before_discard = 12  # replay ratio: each stored transition is sampled ~12 times
+prio_alpha = 0.0  # 0 = uniform replay; > 0 = prioritized replay
+prio_beta = 0.4
+prio_epsilon = 1e-3
+
+# ---------------------------------------------------------------------------------------------------
+# Network (IQN) [restart]
+# ---------------------------------------------------------------------------------------------------
+conv_layers = [(16, 4, 2), (32, 4, 2), (32, 3, 2)]  # (out channels, kernel, stride)
+float_hidden_dim = 128
+dense_hidden_dimension = 256
+iqn_embedding_dimension = 64
+iqn_n = 8  # quantiles per sample when training (even)
+iqn_k = 8  # quantiles per state when acting (even); fixed midpoint fractions, so 8 estimate the mean well
+use_jit = True
+iqn_kappa = 1.0  # (live) Huber threshold of the quantile loss
+use_ddqn = False  # (live) next action chosen by the online network instead of the target network
+
+# ---------------------------------------------------------------------------------------------------
+# Optimisation
+# ---------------------------------------------------------------------------------------------------
+batch_size = 128  # [restart]
+# (frames played, lr), exponential interpolation.
+lr_schedule = [(0, 1e-3), (300_000, 3e-4), (1_000_000, 1e-4)]
+weight_decay_lr_ratio = 1 / 50
+adam_epsilon = 1e-4
+adam_beta1 = 0.9
+adam_beta2 = 0.999
+clip_grad_norm = 30.0
+clip_grad_value = 1000.0
+number_memories_trained_on_between_target_network_updates = 2048
+soft_update_tau = 0.05
+
+# ---------------------------------------------------------------------------------------------------
+# Exploration: (frames played, value), exponential interpolation
+# ---------------------------------------------------------------------------------------------------
+epsilon_schedule = [(0, 1.0), (10_000, 0.3), (100_000, 0.05), (500_000, 0.02)]
+epsilon_boltzmann_schedule = [(0, 0.15), (500_000, 0.03)]
+tau_epsilon_boltzmann = 0.01
+
+# ---------------------------------------------------------------------------------------------------
+# Map cycle: (name, seed or range of seeds, is_explo, fill_buffer). A range hands out its seeds in turn.
+# Maps that fill the buffer are "trained"; the others are "blind" evaluation tracks.
+# ---------------------------------------------------------------------------------------------------
+map_cycle = [("train", range(1_000, 100_000), True, True)] * 4 + [
+    ("train", range(1_000, 100_000), False, True),
+    ("blind", range(0, 10), False, False),
+]
+
+# ---------------------------------------------------------------------------------------------------
+# Processes and bookkeeping
+# ---------------------------------------------------------------------------------------------------
+collectors_count = 1  # [restart]
+max_rollout_queue_size = 1  # [restart]
+update_inference_network_every_n_actions = 20
+send_shared_network_every_n_batches = 8
+save_frequency_s = 300
+collector_stall_timeout_s = 120  # a collector silent this long is restarted
