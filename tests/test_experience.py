@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-import torch
 from learner_helpers import layout_for, make_rollout, markers, tiny_config
 
 from trackmania_rl.experience import (

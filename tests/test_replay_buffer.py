@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from learner_helpers import layout_for, make_rollout, markers, tiny_config
+from learner_helpers import make_rollout, markers
 from learner_helpers import cfg, layout  # noqa: F401  (module fixtures)
 from torchrl.data import ReplayBuffer
 
@@ -11,7 +11,6 @@ from trackmania_rl.float_layout import MINI_RACE_CLOCK
 from trackmania_rl.games.car_racing_inputs import make_float_layout
 from trackmania_rl.replay_buffer import (
     MiniRaceTransform,
-    PrioritizedSampler,
     SumTree,
     TransitionStorage,
     draw_mini_race_clock,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import os
 from pathlib import Path
 from typing import Any
 
