@@ -84,7 +84,3 @@ class FloatLayout:
 
     def normalize(self, state_float: np.ndarray) -> np.ndarray:
         return (state_float - self.mean) / self.std
-
-    def describe(self) -> dict:
-        """A plain-data description (saved next to network weights)."""
-        return {s.name: [self._slices[s.name].start, self._slices[s.name].stop] for s in self.segments}

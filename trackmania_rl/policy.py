@@ -31,8 +31,9 @@ class CollectorPolicy:
         self.update_network()
         self.versions_used = []
         self.inferer.is_explo = explore
-        self.epsilon = schedules.exponential(cfg.epsilon_schedule, frames_played) if explore else 0.0
-        self.epsilon_boltzmann = schedules.exponential(cfg.epsilon_boltzmann_schedule, frames_played) if explore else 0.0
+        scheduled = schedules.values_at(cfg, frames_played)
+        self.epsilon = scheduled["epsilon"] if explore else 0.0
+        self.epsilon_boltzmann = scheduled["epsilon_boltzmann"] if explore else 0.0
         self.inferer.set_exploration(self.epsilon, self.epsilon_boltzmann, cfg.tau_epsilon_boltzmann)
 
     def __call__(self, frame: np.ndarray, state_float: np.ndarray):

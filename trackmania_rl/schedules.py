@@ -41,6 +41,17 @@ def exponential(schedule: Sequence, frames_played: float) -> float:
     return float(v0 * math.exp(frac * math.log(v1 / v0)))
 
 
+def values_at(cfg, frames_played: float) -> dict:
+    """The config's scheduled values at a frame count: lr, gamma, epsilon, epsilon_boltzmann
+    (the learner and the collectors read them here, so both follow the same schedules)."""
+    return {
+        "lr": exponential(cfg.lr_schedule, frames_played),
+        "gamma": linear(cfg.gamma_schedule, frames_played),
+        "epsilon": exponential(cfg.epsilon_schedule, frames_played),
+        "epsilon_boltzmann": exponential(cfg.epsilon_boltzmann_schedule, frames_played),
+    }
+
+
 def staircase(schedule: Sequence, frames_played: float) -> Any:
     steps = [p[0] for p in schedule]
     k = max(bisect.bisect_right(steps, frames_played) - 1, 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import queue
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 
@@ -21,7 +21,6 @@ class CollectorSlot:
     heartbeat: object = None  # mp.Value("d"): time.time() of the collector's last sign of life
     restarts: int = 0
     rollouts_since_start: int = 0
-    started_at: float = field(default_factory=time.time)
 
 
 class CollectorPool:
@@ -44,7 +43,6 @@ class CollectorPool:
     def _spawn(self, slot: CollectorSlot) -> None:
         slot.queue = self.ctx.Queue(maxsize=self.queue_size)
         slot.heartbeat = self.ctx.Value("d", time.time(), lock=False)
-        slot.started_at = time.time()
         slot.process = self.ctx.Process(
             target=self.target,
             args=(slot.index, slot.queue, slot.heartbeat, self.stop_event) + tuple(self.args),
@@ -130,6 +128,3 @@ class CollectorPool:
             f"collector {slot.index}: {slot.rollouts_since_start} rollouts since its last start, restarted {slot.restarts} time(s)"
             for slot in self.slots
         ]
-
-    def pids(self) -> list[int]:
-        return [slot.process.pid for slot in self.slots if slot.process is not None]

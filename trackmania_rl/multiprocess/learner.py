@@ -33,16 +33,6 @@ BUFFER_TEST = "buffer_test"
 TRAINING_WINDOW_KEYS = ("loss", "loss_test", "grad_norm", "q_mean")
 
 
-def current_schedule_values(cfg, frames_played: int) -> dict:
-    """lr, gamma and exploration at a frame count (collectors compute their epsilons the same way)."""
-    return {
-        "lr": schedules.exponential(cfg.lr_schedule, frames_played),
-        "gamma": schedules.linear(cfg.gamma_schedule, frames_played),
-        "epsilon": schedules.exponential(cfg.epsilon_schedule, frames_played),
-        "epsilon_boltzmann": schedules.exponential(cfg.epsilon_boltzmann_schedule, frames_played),
-    }
-
-
 class Learner:
     def __init__(self, live_config, layout, device, run_dir: Path, shared_network=None, logger=None, log=print, resume=True, seed=444):
         self.live = live_config
@@ -66,7 +56,6 @@ class Learner:
         self.trainer = Trainer(self.online, self.target, self.optimizer, self.cfg, device)
         capacity, self.memory_start_learn = self._memory_size()
         self.buffer, self.buffer_test = make_buffers(self.cfg, layout, capacity, device=device, rng=self.rng)
-        self.resumed_from = None
         if resume:
             self._resume()
         if self.shared_network is not None:
@@ -87,7 +76,7 @@ class Learner:
         return int(capacity), int(start_learn)
 
     def schedules(self) -> dict:
-        return current_schedule_values(self.cfg, self.stats.frames_played)
+        return schedules.values_at(self.cfg, self.stats.frames_played)
 
     def _resume(self) -> None:
         folder = ckpt.find_checkpoint(self.run_dir)
@@ -110,7 +99,6 @@ class Learner:
             raise ckpt.CheckpointError(
                 f"checkpoint {folder} does not fit the current config ({e}); start with --fresh or restore the run's config"
             ) from None
-        self.resumed_from = folder
         self.log(
             f"resumed from {folder}: {self.stats.frames_played} frames, {self.stats.batches_done} batches, "
             f"buffer {len(self.buffer)} + test {len(self.buffer_test)} transitions, policy version {self.stats.policy_version}"
