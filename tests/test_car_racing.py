@@ -8,7 +8,7 @@ from trackmania_rl.config_loader import default_config
 from trackmania_rl.games import make_game_instance
 from trackmania_rl.games import car_racing_inputs as inputs
 from trackmania_rl.games.base import GameCrashed, MapSpec
-from trackmania_rl.games.car_racing import CarRacingGameInstance, centerline_follower, find_action
+from trackmania_rl.games.car_racing import CarRacingEnv, CarRacingGameInstance, _RoadDrawing, centerline_follower, find_action
 from trackmania_rl.zones import ZoneGeometry, ZoneTracker
 
 LAP_SEEDS = (0, 1, 2)
@@ -336,6 +336,38 @@ def test_one_render_per_action_is_bit_identical_to_plain_steps(short_game, cfg, 
     view_rows = cfg.H_downsized
     np.testing.assert_array_equal(game.env.render_state_pixels()[:view_rows], observation[:view_rows])
     assert tuple(game.env.car.hull.position) == tuple(plain.car.hull.position)
+
+
+@pytest.mark.parametrize("unsure_px", [_RoadDrawing.UNSURE_PX, 60.0])
+def test_road_drawing_draws_exactly_what_car_racing_draws(monkeypatch, unsure_px):
+    """The vectorised on-screen test changes no pixel: car poses all over the playfield (on the road,
+    on grass, at its edges, every heading), during the zoom-in of the first second and after, with
+    visited (recoloured) tiles; with a wide unsure band, many polygons go to CarRacing's own test."""
+    monkeypatch.setattr(_RoadDrawing, "UNSURE_PX", unsure_px)
+    env = CarRacingEnv(render_size=(64, 74))
+    rng = np.random.default_rng(3)
+    compared = 0
+    for seed in (0, 5):
+        env.reset(seed=seed)
+        for tile in env.road[:: 7]:
+            tile.color[:] = env.road_color  # what the contact listener does to a visited tile
+        hull = env.car.hull
+        track_points = [(x, y) for _, _, x, y in env.track]
+        for k in range(12):
+            if k % 3 == 0:
+                position = track_points[int(rng.integers(len(track_points)))]
+            else:
+                position = tuple(rng.uniform(-gym_car_racing.PLAYFIELD, gym_car_racing.PLAYFIELD, size=2))
+            hull.position, hull.angle = position, float(rng.uniform(-2 * np.pi, 2 * np.pi))
+            env.t = float(rng.choice([0.0, 0.4, 1.0, 7.5]))
+            ours = env.render_state_pixels()
+            with monkeypatch.context() as original:
+                original.setattr(CarRacingEnv, "_render_road", gym_car_racing.CarRacing._render_road)
+                theirs = env.render_state_pixels()
+            np.testing.assert_array_equal(ours, theirs)
+            compared += 1
+    env.close()
+    assert compared == 24
 
 
 def test_a_game_that_raises_mid_race_is_rebuilt(short_game, cfg):

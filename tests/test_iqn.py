@@ -300,25 +300,53 @@ def test_weight_refresh_reaches_the_acting_network(cfg, layout, jit):
         np.testing.assert_allclose(inferer.infer_network(frame, floats), shared_q(), rtol=1e-5, atol=1e-6)
 
 
+ACTING_ARCHITECTURES = [
+    {},  # the tiny network of learner_helpers
+    dict(conv_layers=[(6, 5, 3)], dense_hidden_dimension=16, iqn_k=4),  # one convolution, odd kernel
+    dict(H_downsized=24, W_downsized=20, conv_layers=[(8, 4, 2), (8, 3, 1), (4, 3, 2)], float_hidden_dim=8, iqn_k=6),
+]
+
+
 @pytest.mark.parametrize("jit", [True, False])
-def test_inferer_acting_path_computes_forward(cfg, layout, jit):
-    """The collector's path (quantile embedding cached per weight refresh, reused input tensors) gives the
-    Q values of the plain forward at the midpoint fractions, before and after a refresh."""
+@pytest.mark.parametrize("architecture", range(len(ACTING_ARCHITECTURES)))
+def test_inferer_acting_program_computes_forward(jit, architecture):
+    """The collectors' short acting program (normalisations folded into the first layers, fixed quantile
+    embedding, joined heads, mean over quantiles before the linear last layers) gives the quantile mean
+    of the plain forward at the midpoint fractions, on several architectures, before and after weight
+    refreshes; the floats may come as float64."""
+    cfg = tiny_config(**ACTING_ARCHITECTURES[architecture])
+    layout = layout_for(cfg)
     collector = make_inference_network(cfg, layout, N_ACTIONS, jit=jit)
     inferer = Inferer(collector, cfg, N_ACTIONS)
-    assert inferer._q_at_taus is not None
-    img, floats = random_states(cfg, layout, 3)
+    assert inferer._mean_q is not None
+    img, floats = random_states(cfg, layout, 4, seed=architecture)
     shared = IQNNetwork(cfg, layout, N_ACTIONS)
-    for refresh in range(2):
-        for i in range(3):
+    for refresh in range(3):
+        with torch.no_grad():
+            expected = shared(img, floats, cfg.iqn_k, midpoint_taus(cfg.iqn_k))[0].mean(dim=1).numpy() if refresh else None
+        for i in range(4):
             with torch.inference_mode():
-                expected = collector(img[i : i + 1], floats[i : i + 1], cfg.iqn_k, midpoint_taus(cfg.iqn_k))[0][0].numpy()
-            np.testing.assert_array_equal(inferer.infer_network(img[i].numpy(), floats[i].numpy()), expected)
-            # float64 floats are cast to float32 as before
-            np.testing.assert_array_equal(inferer.infer_network(img[i].numpy(), floats[i].double().numpy()), expected)
-            action, _, value, q = inferer.get_exploration_action(img[i].numpy(), floats[i].numpy())
-            assert q.dtype == np.float32 and value == q.max() and action == int(np.argmax(expected.mean(axis=0)))
+                q_forward = collector(img[i : i + 1], floats[i : i + 1], cfg.iqn_k, midpoint_taus(cfg.iqn_k))[0][0].mean(dim=0).numpy()
+            if expected is not None:  # the refresh reached the acting program
+                np.testing.assert_allclose(q_forward, expected[i], rtol=1e-5, atol=1e-6)
+            for state_float in (floats[i].numpy(), floats[i].double().numpy()):
+                action, was_greedy, value, q = inferer.get_exploration_action(img[i].numpy(), state_float)
+                assert q.dtype == np.float32 and q.shape == (N_ACTIONS,)
+                np.testing.assert_allclose(q, q_forward, rtol=1e-5, atol=1e-6)
+                assert was_greedy and value == q.max() and action == int(np.argmax(q))
+        with torch.no_grad():  # the learner moves on: new weights and normalisation, published to the collector
+            for p in shared.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+            shared.float_mean.add_(0.5)
+            shared.float_std.mul_(1.5)
         collector.load_state_dict_from(shared)
+
+
+def test_acting_program_refuses_convolutions_it_cannot_fold(cfg, layout):
+    collector = make_inference_network(cfg, layout, N_ACTIONS, jit=False)
+    collector.module.img_head[0].padding = (1, 1)
+    with pytest.raises(ValueError, match="padding"):
+        Inferer(collector, cfg, N_ACTIONS)
 
 
 def test_network_save_load_round_trip(cfg, layout, tmp_path):

@@ -87,34 +87,26 @@ class IQNNetwork(nn.Module):
             taus = taus.to(features.dtype).expand(batch_size, -1)
         return self.q_from_features(features, self.quantile_embedding(taus)), taus
 
-    # forward in parts, so that acting at fixed fractions can compute the quantile embedding once per
-    # weight refresh (`q_with_embedding`; see agents/inference.py) with the very same operations
+    # forward in parts; the collectors' acting program (agents/inference.py) computes the same function from
+    # these layers and `quantile_embedding`
 
-    @torch.jit.export
     def state_features(self, img: torch.Tensor, state_float: torch.Tensor) -> torch.Tensor:
         """(B, F): conv features of the frame, then MLP features of the normalised floats."""
         img_features = self.img_head((img.float() - 128.0) / 128.0)
         float_features = self.float_feature_extractor((state_float - self.float_mean) / self.float_std)
         return torch.cat([img_features, float_features], dim=1)
 
-    @torch.jit.export
     def quantile_embedding(self, taus: torch.Tensor) -> torch.Tensor:
         """Fractions (B, N) -> (B, N, F): LeakyReLU(iqn_fc(cos(pi i tau)))."""
         embedding = torch.cos(taus.unsqueeze(-1) * self.cos_frequencies)  # (B, N, E)
         return self.iqn_activation(self.iqn_fc(embedding))
 
-    @torch.jit.export
     def q_from_features(self, features: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
         """State features (B, F) and quantile embedding (B or 1, N, F) -> quantile values (B, N, A)."""
         x = features.unsqueeze(1) * embedding
         advantage = self.A_head(x)
         value = self.V_head(x)
         return value + advantage - advantage.mean(dim=-1, keepdim=True)
-
-    @torch.jit.export
-    def q_with_embedding(self, img: torch.Tensor, state_float: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
-        """forward's Q at the fractions whose `quantile_embedding` (1, N, F) is given."""
-        return self.q_from_features(self.state_features(img, state_float), embedding)
 
 
 def make_network(cfg, layout: FloatLayout, n_actions: int, device: torch.device | str = "cpu") -> IQNNetwork:
@@ -290,10 +282,10 @@ class Inferer:
         self.tau_epsilon_boltzmann = float(cfg.tau_epsilon_boltzmann)
         self.n_quantiles = int(cfg.iqn_k)
         self.taus = midpoint_taus(self.n_quantiles, self.device)
-        # an InferenceNetwork (agents/inference.py) computes the quantile embedding of these fixed fractions
-        # once per weight refresh rather than once per action
-        at_fixed_taus = getattr(network, "at_fixed_taus", None)
-        self._q_at_taus = at_fixed_taus(self.taus) if at_fixed_taus is not None else None
+        # an InferenceNetwork (agents/inference.py) acts through its short program for the mean Q at these
+        # fixed fractions; other networks through forward
+        mean_q_at = getattr(network, "mean_q_at", None)
+        self._mean_q = mean_q_at(self.taus) if mean_q_at is not None else None
         self._img_np = self._floats_np = None  # input buffers (see `_inputs`)
 
     def set_exploration(self, epsilon: float, epsilon_boltzmann: float, tau_epsilon_boltzmann: float | None = None) -> None:
@@ -322,19 +314,19 @@ class Inferer:
     def infer_network(self, frame: np.ndarray, state_float: np.ndarray, taus: torch.Tensor | None = None) -> np.ndarray:
         """Quantile values (K, A) for one state (frame uint8 (1, H, W), floats (D,))."""
         img, floats = self._inputs(frame, state_float)
+        taus = self.taus if taus is None else taus.to(self.device)
         with torch.inference_mode():
-            if taus is None and self._q_at_taus is not None:
-                q = self._q_at_taus(img, floats)
-            else:
-                taus = self.taus if taus is None else taus.to(self.device)
-                q, _ = self.network(img, floats, int(taus.shape[1]), taus)
+            q, _ = self.network(img, floats, int(taus.shape[1]), taus)
         q = q[0]
         if q.dtype != torch.float32 or q.device.type != "cpu":
             q = q.float().cpu()
         return q.numpy()
 
     def get_exploration_action(self, frame: np.ndarray, state_float: np.ndarray) -> tuple[int, bool, float, np.ndarray]:
-        q_values = self.infer_network(frame, state_float).mean(axis=0)  # float32
+        if self._mean_q is not None:
+            q_values = self._mean_q(frame, state_float)
+        else:
+            q_values = self.infer_network(frame, state_float).mean(axis=0)  # float32
         greedy_action = int(q_values.argmax())
         action = greedy_action
         if self.is_explo:

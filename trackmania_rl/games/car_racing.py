@@ -88,12 +88,30 @@ def frame_render_size(H_downsized: int, W_downsized: int) -> tuple[int, int]:
 class CarRacingEnv(gym_car_racing.CarRacing):
     """CarRacing whose `step()` does not render: `render_state_pixels()` renders on demand, at this
     instance's own pixel size (CarRacing reads the module globals STATE_W/STATE_H; changing those would
-    affect every env in the process)."""
+    affect every env in the process). Its road drawing skips off-screen polygons in one vectorised test
+    (`_render_road`), with pixels identical to CarRacing's own."""
 
     def __init__(self, render_size: tuple[int, int] = (gym_car_racing.STATE_W, gym_car_racing.STATE_H)):
         super().__init__(render_mode="state_pixels", continuous=True, domain_randomize=False)
         self.render_size = tuple(render_size)
         self._render_requested = False
+        self._road_drawing: _RoadDrawing | None = None
+
+    def reset(self, *args, **kwargs):
+        self._road_drawing = None  # a new track: its polygons are gathered at the next render
+        return super().reset(*args, **kwargs)
+
+    def _render_road(self, zoom, translation, angle):
+        """CarRacing's road drawing (background, grass patches, road tiles, in its order, through its own
+        `_draw_colored_polygon`), minus its per-polygon Python test of whether a polygon can be on screen.
+        That test ran on all ~800 polygons of a render and cost ~45% of it (measured: render 12.3 ->
+        6.7 ms median, 900 renders on 6 seeds, 2 Xeon 2.8 GHz vCPUs); ~10% of the polygons are drawn.
+        Here one numpy pass over all vertices decides; a polygon within 1e-3 pixels of the test's bounds
+        is left to CarRacing's own test, so the drawn set, and thus every pixel, is CarRacing's
+        (tests/test_car_racing.py compares both)."""
+        if self._road_drawing is None:
+            self._road_drawing = _RoadDrawing(self)
+        self._road_drawing.draw(self, zoom, translation, angle)
 
     def _render(self, mode):
         if mode == "state_pixels" and not self._render_requested:
@@ -111,6 +129,57 @@ class CarRacingEnv(gym_car_racing.CarRacing):
             return self._render("state_pixels")
         finally:
             self._render_requested = False
+
+
+class _RoadDrawing:
+    """One track's polygons in CarRacing's drawing order, and their vertices as one array for the
+    vectorised on-screen test."""
+
+    # CarRacing's test: a polygon is drawn when a vertex lies within MAX_SHAPE_DIM of the window
+    MARGIN = gym_car_racing.MAX_SHAPE_DIM
+    UNSURE_PX = 1e-3  # closer than this to the bounds: CarRacing's own test decides
+
+    def __init__(self, env: gym_car_racing.CarRacing):
+        size, half_field = gym_car_racing.GRASS_DIM, gym_car_racing.PLAYFIELD
+        self.background = [(half_field, half_field), (half_field, -half_field), (-half_field, -half_field), (-half_field, half_field)]
+        # grass squares on every other cell of a 40 x 40 grid (the same float operations as CarRacing, so
+        # the same vertices), then the road tiles (their colours are read at each render: CarRacing
+        # recolours a tile in place when the car first touches it)
+        polygons = [
+            [(size * i + size, size * j), (size * i, size * j), (size * i, size * j + size), (size * i + size, size * j + size)]
+            for i in range(-20, 20, 2)
+            for j in range(-20, 20, 2)
+        ]
+        self.n_grass = len(polygons)
+        self.road_colors = []
+        for polygon, color in env.road_poly:
+            polygons.append([(p[0], p[1]) for p in polygon])
+            self.road_colors.append(color)
+        self.polygons = polygons
+        self.vertices = np.array(polygons, dtype=np.float64)  # (P, 4, 2); every CarRacing polygon has 4 vertices
+
+    def draw(self, env: gym_car_racing.CarRacing, zoom, translation, angle) -> None:
+        draw_polygon = env._draw_colored_polygon
+        draw_polygon(env.surf, self.background, env.bg_color, zoom, translation, angle, clip=False)
+        cos, sin = math.cos(angle), math.sin(angle)
+        x, y = self.vertices[..., 0], self.vertices[..., 1]
+        screen_x = (x * cos - y * sin) * zoom + translation[0]
+        screen_y = (x * sin + y * cos) * zoom + translation[1]
+        surely_on = self._near_window(screen_x, screen_y, widen=-self.UNSURE_PX).any(axis=1)
+        maybe_on = self._near_window(screen_x, screen_y, widen=self.UNSURE_PX).any(axis=1)
+        for index in np.flatnonzero(maybe_on):
+            if index < self.n_grass:
+                color = env.grass_color
+            else:
+                color = [int(c) for c in self.road_colors[index - self.n_grass]]
+            # clip=True: CarRacing's own test for a polygon too close to the bounds to decide here
+            draw_polygon(env.surf, self.polygons[index], color, zoom, translation, angle, clip=not surely_on[index])
+
+    def _near_window(self, screen_x: np.ndarray, screen_y: np.ndarray, widen: float) -> np.ndarray:
+        """Per vertex: within MARGIN + widen pixels of the window."""
+        low = -self.MARGIN - widen
+        high_x, high_y = gym_car_racing.WINDOW_W + self.MARGIN + widen, gym_car_racing.WINDOW_H + self.MARGIN + widen
+        return (screen_x >= low) & (screen_x <= high_x) & (screen_y >= low) & (screen_y <= high_y)
 
 
 def track_centerline(env: gym_car_racing.CarRacing) -> np.ndarray:
