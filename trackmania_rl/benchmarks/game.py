@@ -12,6 +12,8 @@
   `update_inference_network_every_n_actions` actions; the centerline follower drives while the network's
   decision is paid for;
 - `game.collector_efficiency`: their ratio (target >= 0.90).
+`game.render_ms`, `game.render_ms_gymnasium_road` and `game.render_speedup`: our render against the same
+env drawing the road with CarRacing's own code (see `_render_figures`).
 Also `game.collector_efficiency_without_network` (the same rollout with the hand-written centerline
 follower deciding and no network: the game side's own overhead) and the rollout's per-stage timings
 (`game.rollout_ns_per_action.<stage>`; `exploration_policy` includes the follower's decision).
@@ -25,13 +27,15 @@ from __future__ import annotations
 import statistics
 import time
 
+import numpy as np
 import torch.multiprocessing as torch_mp
+from gymnasium.envs.box2d import car_racing as gym_car_racing
 
 from trackmania_rl.agents.inference import acting_torch_settings
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config_loader import default_config
 from trackmania_rl.games.base import MapSpec
-from trackmania_rl.games.car_racing import CarRacingGameInstance, centerline_follower
+from trackmania_rl.games.car_racing import CarRacingEnv, CarRacingGameInstance, centerline_follower, frame_render_size
 from trackmania_rl.policy import CollectorPolicy
 from trackmania_rl.shared_network import SharedNetwork
 
@@ -177,8 +181,7 @@ def run(args):
         "unit": "actions/s",
         "samples": [round(r, 2) for r in wall_rates["rollout"]],
         "policy": f"CollectorPolicy over a SharedNetwork, default config sizes, iqn_k {cfg.iqn_k}, 1 CPU thread, batch 1, "
-        f"oneDNN off, weights fetched every {cfg.update_inference_network_every_n_actions} actions"
-        + (", TorchScript" if cfg.use_jit else ", eager"),
+        f"oneDNN off, weights fetched every {cfg.update_inference_network_every_n_actions} actions, acting program (MeanQAtFixedTaus)",
         **common,
     }
     for figure, name, extra in (
@@ -199,3 +202,42 @@ def run(args):
         }
     for stage in STAGES:
         yield {"figure": f"game.rollout_ns_per_action.{stage}", "value": round(statistics.median(stage_ns[stage])), "unit": "ns/action"}
+    yield from _render_figures(cfg, n_seeds=2 if quick else 6)
+
+
+def _render_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
+    """`game.render_ms`: one render of our env; `game.render_ms_gymnasium_road`: the same env drawing
+    the road with CarRacing's own `_render_road` (its per-polygon on-screen test); `game.render_speedup`:
+    their ratio. Both envs play the same random actions side by side, renders alternated, and every pair
+    of frames is checked equal."""
+    class GymnasiumRoad(CarRacingEnv):
+        _render_road = gym_car_racing.CarRacing._render_road
+
+    size = frame_render_size(cfg.H_downsized, cfg.W_downsized)
+    envs = {"ours": CarRacingEnv(size), "gymnasium": GymnasiumRoad(size)}
+    rng = np.random.default_rng(0)
+    times = {name: [] for name in envs}
+    try:
+        for seed in range(n_seeds):
+            for env in envs.values():
+                env.reset(seed=seed)
+            for k in range(actions_per_seed):
+                control = np.array([rng.uniform(-1, 1), rng.uniform(0, 1), rng.uniform(0, 0.3)])
+                frames = []
+                for name in sorted(envs, reverse=bool(k % 2)):
+                    env = envs[name]
+                    for _ in range(cfg.physics_steps_per_action):
+                        env.step(control)
+                    start = time.perf_counter_ns()
+                    frames.append(env.render_state_pixels())
+                    times[name].append(time.perf_counter_ns() - start)
+                if not np.array_equal(frames[0], frames[1]):
+                    raise RuntimeError(f"seed {seed}, action {k}: the road drawing changed the frame")
+    finally:
+        for env in envs.values():
+            env.close()
+    median_ms = {name: statistics.median(values) / 1e6 for name, values in times.items()}
+    common = {"renders": len(times["ours"]), "render_size": list(size)}
+    yield {"figure": "game.render_ms", "value": round(median_ms["ours"], 3), "unit": "ms", **common}
+    yield {"figure": "game.render_ms_gymnasium_road", "value": round(median_ms["gymnasium"], 3), "unit": "ms", **common}
+    yield {"figure": "game.render_speedup", "value": round(median_ms["gymnasium"] / median_ms["ours"], 3), "unit": "x"}
