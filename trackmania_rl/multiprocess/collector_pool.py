@@ -2,7 +2,8 @@
 
 Each collector gets its own bounded queue and a heartbeat it refreshes while alive. A collector that
 died, or whose heartbeat is older than `collector_stall_timeout_s`, is replaced with a fresh process
-and a fresh queue (a process killed mid-write may leave its old queue unreadable); the run goes on.
+and a fresh queue (a process killed mid-write leaves a half-written rollout in its old queue, which
+reads as end-of-file: see `_spawn`); the run goes on.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ class CollectorPool:
             daemon=True,
         )
         slot.process.start()
+        # The collector holds its own copy of the queue's write end now; close ours (multiprocessing keeps
+        # it as Queue._writer). A collector that dies in the middle of writing a rollout then leaves a
+        # pipe whose reader meets end-of-file (handled in get_rollout) instead of waiting for ever for
+        # the rest of the message: while any process holds the write end open, the read blocks.
+        slot.queue._writer.close()
         slot.rollouts_since_start = 0
         self.log(f"collector {slot.index} started (pid {slot.process.pid})")
 
