@@ -7,7 +7,7 @@
 - `game.rollout_steps_per_s`: a full `CarRacingGameInstance.rollout()` acting through a collector's own
   path (`make_policy`): `CollectorPolicy` (trackmania_rl/policy.py) over a real `SharedNetwork` holding a
   network of the default config sizes, on the CPU with the collector's torch settings (one thread, batch
-  1, iqn_k quantiles per action, TorchScript when cfg.use_jit, convolutions without oneDNN:
+  1, iqn_k quantiles per action, its acting program `MeanQAtFixedTaus`, convolutions without oneDNN:
   agents/inference.py `use_acting_torch_settings`), its weights fetched every
   `update_inference_network_every_n_actions` actions; the centerline follower drives while the network's
   decision is paid for;
@@ -44,8 +44,8 @@ STAGES = ("reset", "physics", "render", "convert_frame", "exploration_policy", "
 
 
 def make_policy(cfg, layout, n_actions: int, choose_action):
-    """A collector's own acting path: `CollectorPolicy` (TorchScript inference network when cfg.use_jit,
-    Inferer at iqn_k midpoint quantiles, batch 1) over a real `SharedNetwork` in shared memory (spawn
+    """A collector's own acting path: `CollectorPolicy` (Inferer acting through the inference network's
+    acting program at iqn_k midpoint quantiles, batch 1) over a real `SharedNetwork` in shared memory (spawn
     context, as scripts/train.py builds it), holding a freshly initialised network of the config's sizes.
 
     Returns (policy, update_network, shared). `policy(frame, state_float)` pays for the network's decision
