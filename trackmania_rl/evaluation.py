@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 import torch
 
+from trackmania_rl.agents.inference import make_inference_network
 from trackmania_rl.agents.iqn import Inferer, make_network, strip_compile_prefix
 from trackmania_rl.checkpoint import CHECKPOINT, find_checkpoint
 from trackmania_rl.config_loader import CONFIG_DIR, ConfigError, load_config
@@ -223,7 +224,8 @@ def _load_failure(e: Exception) -> str:
 
 class GreedyPolicy:
     """The network in eval mode behind a greedy Inferer: `policy(frame, state_float)` ->
-    (action, True, value, q_values), deterministic for given inputs. Runs on the CPU."""
+    (action, True, value, q_values), deterministic for given inputs. Runs on the CPU and decides as a
+    collector does, through the inference network's acting program (agents/inference.py)."""
 
     def __init__(self, cfg, network: torch.nn.Module, layout, paths: CheckpointPaths | None = None):
         self.cfg = cfg
@@ -232,7 +234,9 @@ class GreedyPolicy:
         self.network = network.eval()
         for p in self.network.parameters():
             p.requires_grad_(False)
-        self.inferer = Inferer(self.network, cfg, self.n_actions, device="cpu", is_explo=False)
+        acting = make_inference_network(cfg, layout, self.n_actions, jit=False, device="cpu")
+        acting.load_state_dict_from(self.network)
+        self.inferer = Inferer(acting, cfg, self.n_actions, device="cpu", is_explo=False)
         self.inferer.set_exploration(0.0, 0.0)
         self.paths = paths
 
