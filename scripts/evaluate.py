@@ -22,8 +22,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-
 from trackmania_rl import evaluation  # noqa: E402
 from trackmania_rl.games.base import GameCrashed  # noqa: E402
 
@@ -42,14 +40,12 @@ def main(argv=None) -> int:
         parser.error(f"--threads {args.threads}: must be at least 1")
     try:
         seeds = evaluation.parse_seeds(args.seeds)
-        policy = evaluation.open_policy(weights=args.weights, run=args.run, config=args.config, max_race_seconds=args.max_race_seconds)
+        policy = evaluation.open_policy_from_args(args)
     except evaluation.EvaluationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    torch.set_num_threads(args.threads)
     paths = policy.paths
-    note = " (no config given or found beside the weights: the repository default)" if paths.config_is_default else ""
-    print(f"evaluating {paths.weights} with config {paths.config}{note} on {len(seeds)} seed(s)", file=sys.stderr)
+    print(f"evaluating {evaluation.describe_source(paths)} on {len(seeds)} seed(s)", file=sys.stderr)
 
     game = evaluation.make_eval_game(policy)
     records = []

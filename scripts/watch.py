@@ -18,8 +18,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-
 from trackmania_rl import evaluation, race_video  # noqa: E402
 from trackmania_rl.games.base import GameCrashed  # noqa: E402
 
@@ -54,16 +52,13 @@ def main(argv=None) -> int:
     if height < race_video.MIN_HEIGHT:
         parser.error(f"--height {height}: must be at least {race_video.MIN_HEIGHT} pixels")
     try:
-        policy = evaluation.open_policy(weights=args.weights, run=args.run, config=args.config, max_race_seconds=args.max_race_seconds)
+        policy = evaluation.open_policy_from_args(args)
     except evaluation.EvaluationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    torch.set_num_threads(args.threads)
     cfg = policy.cfg
     fps = args.fps if args.fps is not None else 1000 / cfg.ms_per_action
-    paths = policy.paths
-    note = " (no config given or found beside the weights: the repository default)" if paths.config_is_default else ""
-    print(f"watching {paths.weights} with config {paths.config}{note} on seed {args.seed} -> {out}", file=sys.stderr)
+    print(f"watching {evaluation.describe_source(policy.paths)} on seed {args.seed} -> {out}", file=sys.stderr)
 
     composer = race_video.FrameComposer(cfg, height)
     game = evaluation.make_eval_game(policy)

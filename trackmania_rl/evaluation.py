@@ -261,6 +261,19 @@ def open_policy(weights=None, run=None, config=None, max_race_seconds: float | N
     return load_policy(paths, cfg)
 
 
+def open_policy_from_args(args) -> GreedyPolicy:
+    """`open_policy` from the options of `add_policy_arguments`, then torch's thread count from --threads."""
+    policy = open_policy(weights=args.weights, run=args.run, config=args.config, max_race_seconds=args.max_race_seconds)
+    torch.set_num_threads(args.threads)
+    return policy
+
+
+def describe_source(paths: CheckpointPaths) -> str:
+    """'<weights> with config <config>', saying when the config is the repository default."""
+    note = " (no config given or found beside the weights: the repository default)" if paths.config_is_default else ""
+    return f"{paths.weights} with config {paths.config}{note}"
+
+
 def make_eval_game(policy: GreedyPolicy):
     """A game instance for the policy's config."""
     return make_game_instance(policy.cfg, GAME_BACKEND)
