@@ -97,17 +97,17 @@ class ZoneGeometry:
         with np.errstate(invalid="ignore", divide="ignore"):
             self.segment_directions = np.nan_to_num(segments / self.segment_lengths[:, None])
         self.cumulative_length = np.concatenate([[0.0], np.cumsum(self.segment_lengths)])  # at each transition
-        # Plain-Python copies: the per-physics-step tracking reads single points, where math.dist on
+        # Plain-Python copies: the per-physics-step tracking and the floats read single points, where math on
         # tuples is several times faster than numpy on tiny arrays.
-        self._centers = [tuple(p) for p in centers.tolist()]
+        self.center_tuples = [tuple(p) for p in centers.tolist()]
         self._transitions = [tuple(p) for p in self.transitions.tolist()]
         self._directions = [tuple(p) for p in self.segment_directions.tolist()]
         self._lengths = self.segment_lengths.tolist()
         self._cumulative = self.cumulative_length.tolist()
-        self.start_distance = self.progress(self.start_zone_idx, self._centers[self.start_zone_idx])
+        self.start_distance = self.progress(self.start_zone_idx, self.center_tuples[self.start_zone_idx])
         # Crossing the finish = reaching the progress of the finish point itself: the line through the
         # finish point perpendicular to the track there.
-        self.finish_distance = self.progress(self.finish_point_idx, self._centers[self.finish_point_idx])
+        self.finish_distance = self.progress(self.finish_point_idx, self.center_tuples[self.finish_point_idx])
 
     def progress(self, zone_idx: int, position: Sequence[float]) -> float:
         """`meters_advanced_along_centerline` of a position known to be in zone `zone_idx` (>= 1)."""
@@ -123,7 +123,7 @@ class ZoneGeometry:
         return self.finish_distance - self.start_distance
 
     def distance(self, zone_idx: int, position: Sequence[float]) -> float:
-        return math.dist(self._centers[zone_idx], position)
+        return math.dist(self.center_tuples[zone_idx], position)
 
 
 class ZoneTracker:
@@ -149,7 +149,7 @@ class ZoneTracker:
     def update(self, position: Sequence[float], time_ms: int) -> float:
         """Move to the zone the car is in at `time_ms`; returns the progress there."""
         g = self.geometry
-        centers, radius = g._centers, self.max_distance
+        centers, radius = g.center_tuples, self.max_distance
         i = self.current_zone_idx
         d_cur = math.dist(centers[i], position)
         while i < g.finish_point_idx:

@@ -197,9 +197,9 @@ class CarRacingGameInstance(GameInstance):
 
     Time: the state after reset is race time 0; each decision holds its action for
     `physics_steps_per_action` physics steps of 20 ms (`cfg.ms_per_action`). At each decision point the
-    race first checks its cutoffs (overall duration, no new furthest zone), then renders the frame,
-    builds the floats, calls `update_network()` every `update_inference_network_every_n_actions`
-    decisions (starting with the first), asks the policy, and plays the action. Zones and the finish are
+    race first checks its cutoffs (overall duration, no new furthest zone), then builds the floats,
+    calls `update_network()` every `update_inference_network_every_n_actions` decisions (starting with
+    the first), renders the frame, asks the policy, and plays the action. Zones and the finish are
     tracked after every physics step, so the finish time has 20 ms resolution. Leaving the playfield
     ends the race as a cutoff. The race is finished when the car crosses the finish line, the line
     through the start point perpendicular to the track, after one lap along the centerline (Gymnasium's
@@ -253,7 +253,7 @@ class CarRacingGameInstance(GameInstance):
         self._segment_names = layout.names()
         if set(self._segment_names) != set(inputs.SEGMENT_NAMES):
             raise ValueError(f"the CarRacing float layout must have the segments {inputs.SEGMENT_NAMES}, got {self._segment_names}")
-        self._lookahead_offsets = np.arange(cfg.n_zone_centers_in_inputs) * cfg.one_every_n_zone_centers_in_inputs
+        self._lookahead_offsets = [k * cfg.one_every_n_zone_centers_in_inputs for k in range(cfg.n_zone_centers_in_inputs)]
         self._zone_centers_cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self.env = self._make_env()
 
@@ -366,8 +366,9 @@ class CarRacingGameInstance(GameInstance):
     def state_float(self, geometry: ZoneGeometry, zone_idx: int, progress: float, previous_actions) -> np.ndarray:
         """The float inputs (DESIGN §3.3) of the car's current state; float 0 (mini-race clock) is 0.
 
-        Built as one list in layout order and converted once: right after a render the CPU caches are
-        cold, and every separate numpy call then costs several microseconds."""
+        Plain Python floats gathered in layout order, converted to numpy once: right after a render the
+        CPU caches are cold and each numpy call on a tiny array then costs several microseconds (numpy
+        on the 16 centers ahead made this ~170 us; see docs/performance.md)."""
         car = self.env.car
         hull = car.hull
         x, y = hull.position
@@ -375,19 +376,22 @@ class CarRacingGameInstance(GameInstance):
         vx, vy = hull.linearVelocity
         wheels = car.wheels
         # car frame: lateral axis (cos, sin) = the car's right, forward axis (-sin, cos)
-        ahead = geometry.centers[np.minimum(zone_idx + self._lookahead_offsets, geometry.n_zones - 1)]
-        to_car_frame = np.array(((cos_a, -sin_a), (sin_a, cos_a)))
+        centers, last = geometry.center_tuples, geometry.n_zones - 1
+        ahead = []
+        for offset in self._lookahead_offsets:  # point-major (lateral, forward) of each center
+            cx, cy = centers[min(zone_idx + offset, last)]
+            dx, dy = cx - x, cy - y
+            ahead += (dx * cos_a + dy * sin_a, dy * cos_a - dx * sin_a)
         to_finish = min(self.cfg.margin_to_announce_finish_meters, max(0.0, geometry.distance_to_finish(progress)))
         values = {
             inputs.MINI_RACE_CLOCK: (0.0,),
             inputs.PREVIOUS_ACTIONS: [flag for action in previous_actions for flag in self._action_flag_lists[action]],
-            inputs.VELOCITY: (vx * cos_a + vy * sin_a, -vx * sin_a + vy * cos_a),  # (lateral, forward)
+            inputs.VELOCITY: (vx * cos_a + vy * sin_a, vy * cos_a - vx * sin_a),  # (lateral, forward)
             inputs.ANGULAR_VELOCITY: (hull.angularVelocity,),
             inputs.STEERING_ANGLE: (wheels[0].joint.angle,),  # both front wheels steer together
             inputs.WHEEL_SPEEDS: [w.omega for w in wheels],
             inputs.WHEELS_ON_ROAD: [1.0 if w.tiles else 0.0 for w in wheels],  # touching a road tile
-            # point-major (lateral, forward) of each center
-            inputs.ZONE_CENTERS_AHEAD: ((ahead - (x, y)) @ to_car_frame).ravel().tolist(),
+            inputs.ZONE_CENTERS_AHEAD: ahead,
             inputs.DISTANCE_TO_FINISH: (to_finish,),
         }
         return np.array([v for name in self._segment_names for v in values[name]], dtype=np.float32)
@@ -472,6 +476,14 @@ class CarRacingGameInstance(GameInstance):
             end_reason = tracker.cutoff_reason(time_ms, overall_cutoff, no_progress_cutoff)
             if end_reason is not None:
                 break
+            # the floats and the network update first: the floats read only the car's state, which the
+            # render leaves as it is, and before the render the CPU caches still hold what both read
+            state_float = self.state_float(geometry, tracker.current_zone_idx, tracker.progress, previous_actions)
+            n_actions_done = len(results["actions"])
+            if n_actions_done % update_every == 0:
+                t0 = clock()
+                update_network()
+                timings["update_network"] += clock() - t0
             t0 = clock()
             rgb = self._render()
             t1 = clock()
@@ -479,12 +491,6 @@ class CarRacingGameInstance(GameInstance):
             t2 = clock()
             timings["render"] += t1 - t0
             timings["convert_frame"] += t2 - t1
-            state_float = self.state_float(geometry, tracker.current_zone_idx, tracker.progress, previous_actions)
-            n_actions_done = len(results["actions"])
-            if n_actions_done % update_every == 0:
-                t0 = clock()
-                update_network()
-                timings["update_network"] += clock() - t0
             t0 = clock()
             decision = exploration_policy(frame, state_float)
             timings["exploration_policy"] += clock() - t0
