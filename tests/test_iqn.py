@@ -340,6 +340,9 @@ def test_inferer_acting_program_computes_forward(jit, architecture):
             shared.float_mean.add_(0.5)
             shared.float_std.mul_(1.5)
         collector.load_state_dict_from(shared)
+        if refresh == 1:  # what a collector does after a refresh: the rewrite happens now, not at the next call
+            inferer.prepare()
+            assert inferer._mean_q._generation == collector.weights_generation
 
 
 def test_acting_program_refuses_convolutions_it_cannot_fold(cfg, layout):
@@ -347,6 +350,15 @@ def test_acting_program_refuses_convolutions_it_cannot_fold(cfg, layout):
     collector.module.img_head[0].padding = (1, 1)
     with pytest.raises(ValueError, match="padding"):
         Inferer(collector, cfg, N_ACTIONS)
+
+
+def test_acting_program_refuses_a_frame_of_another_size(cfg, layout):
+    inferer = Inferer(make_inference_network(cfg, layout, N_ACTIONS, jit=False), cfg, N_ACTIONS)
+    floats = layout.mean.copy()
+    inferer.get_exploration_action(np.zeros((1, cfg.H_downsized, cfg.W_downsized), np.uint8), floats)
+    for shape in ((1, cfg.H_downsized + 1, cfg.W_downsized), (2, cfg.H_downsized, cfg.W_downsized)):
+        with pytest.raises(ValueError, match="frame of shape"):
+            inferer.get_exploration_action(np.zeros(shape, np.uint8), floats)
 
 
 def test_network_save_load_round_trip(cfg, layout, tmp_path):

@@ -25,6 +25,7 @@ class CollectorPolicy:
 
     def update_network(self) -> None:
         self.version = self.shared_network.fetch_into(self.inference.load_state_dict_from, self.version)
+        self.inferer.prepare()  # outside the shared network's lock
 
     def start_race(self, cfg, frames_played: int, explore: bool) -> None:
         """Exploration for the coming race from the schedules at the learner's frame count."""

@@ -31,11 +31,12 @@ import contextlib
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from trackmania_rl.agents.iqn import LEAKY_SLOPE, IQNNetwork, strip_compile_prefix
 from trackmania_rl.float_layout import FloatLayout
+
+LEAKY_SLOPE_F32 = np.float32(LEAKY_SLOPE)
 
 
 class InferenceNetwork:
@@ -51,7 +52,7 @@ class InferenceNetwork:
         # references to the tensors the acting network computes with (filled in place by every refresh)
         self._acting_tensors = dict(self.acting.state_dict())
         self._expected_keys = set(self.module.state_dict())  # persistent entries (a scripted state_dict lists more)
-        self.weights_generation = 0  # bumped by every refresh: the cached quantile embeddings are recomputed
+        self.weights_generation = 0  # bumped by every refresh: the acting program rewrites its matrices
 
     def __call__(self, img: torch.Tensor, state_float: torch.Tensor, n_quantiles: int, taus: torch.Tensor | None = None):
         return self.acting(img, state_float, n_quantiles, taus)
@@ -80,83 +81,167 @@ class InferenceNetwork:
 
 
 class MeanQAtFixedTaus:
-    """A collector's acting computation: `q(frame, state_float) -> np.ndarray (A,)`, the network's Q values
-    averaged over the fixed quantile fractions `taus` (1, N), i.e. the mean over quantiles of
+    """A collector's acting computation on the CPU: `q(frame, state_float) -> np.ndarray (A,)`, the network's
+    Q values averaged over the fixed quantile fractions `taus` (1, N), i.e. the mean over quantiles of
     `IQNNetwork.forward(img, floats, N, taus)`, for one state (frame (1, H, W) or (H, W), floats (D,)).
 
-    It computes the same function as forward with fewer, larger operations: acting at batch 1 on a CPU is
-    paid per operation far more than per multiply (the weights are ~1.5 MB and the work ~5 MFLOP, yet the
-    render before each decision leaves the code and the weights out of cache), so at every weight refresh
-    the network's weights are rewritten into an equivalent shorter program:
-    - the frame's (x - 128) / 128 goes into the first convolution: W / 128 and b - sum(W);
-    - the floats' (x - mean) / std goes into the first float layer: W / std and b - (W / std) mean;
-    - the quantile embedding of the fixed fractions is computed once (it depends on nothing else);
-    - the A and V heads' first layers are one matrix product;
-    - the mean over quantiles is taken before the heads' last layers (they are linear), and the dueling
-      combination V + A - mean(A) is folded into one (A x 2H) matrix.
-    The result equals forward's to float rounding (~1e-7; tests/test_iqn.py checks it on several
-    architectures). No operation records autograd history: every tensor here is built without gradients.
-    Weights must change only through `InferenceNetwork.load_state_dict_from` (it bumps the generation that
-    triggers the rewrite)."""
+    Why not forward: acting at batch 1 right after a render, the CPU caches hold neither the code nor the
+    weights, and every operation pays for that (a lone small torch add: ~3 us warm, ~80 us after a
+    render). So the same function runs as few operations as possible, on buffers kept between calls,
+    through numpy (whose calls touch far less code than torch's dispatcher) and torch's matrix products
+    (MKL on one thread: numpy's OpenBLAS would start its own threads):
+    - convolutions are matrix products on image patches, in channels-last order, so that the patches of
+      the next layer are strided views of this layer's output (one copy each, no padding allowed);
+    - every layer's bias is a row of its weight matrix, against a column of ones kept in its input;
+    - LeakyReLU is max(x, slope x), in place or straight into the next layer's input;
+    - the frame's (x - 128) / 128 is folded into the first convolution (W / 128, b - sum(W)) and the
+      floats' (x - mean) / std into the first float layer (W / std, b - (W / std) mean);
+    - the last convolution's output is written into the features in forward's channels-first order;
+    - the quantile embedding of the fixed fractions is computed once; the A and V heads' first layers are
+      one matrix;
+    - the mean over quantiles and the dueling combination V + A - mean(A) are linear, so they are folded
+      into the last matrix: the N quantiles' hidden vectors side by side times N stacked copies of it.
+    The result equals forward's to float rounding (~1e-7; tests/test_iqn.py checks several
+    architectures). At every weight refresh (`InferenceNetwork.load_state_dict_from` bumps the generation)
+    the weights are rewritten into the kept matrices. Measured in docs/performance.md."""
 
     def __init__(self, network: InferenceNetwork, taus: torch.Tensor):
         if taus.dim() != 2 or taus.shape[0] != 1:
             raise ValueError(f"fixed fractions must have shape (1, N), got {tuple(taus.shape)}")
+        if network.device.type != "cpu":
+            raise ValueError(f"the acting program runs on the CPU; this network is on {network.device}")
         for conv in _convolutions(network.module):
             if conv.padding != (0, 0) or conv.dilation != (1, 1) or conv.groups != 1:
                 raise ValueError("the folded acting program supports convolutions without padding, dilation or groups")
         self.network = network
-        self.taus = taus.detach().to(device=network.device, dtype=torch.float32).clone()
+        self.taus = taus.detach().to(dtype=torch.float32).cpu().clone()
         self._generation = -1
-        self._img_np = self._floats_np = None  # input tensors' numpy views (see `_inputs`)
+        self._build()
+
+    def _build(self) -> None:
+        """Allocate every buffer and weight matrix once, with the strided views that connect them."""
+        m = self.network.module
+        _, height, width = m.image_shape
+        channels = 1
+        self._frame_shape = (height, width)
+        self._convs = []
+        for conv in _convolutions(m):
+            (kh, kw), (sh, sw) = conv.kernel_size, conv.stride
+            out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
+            n_in = kh * kw * channels
+            patches = np.ones((out_h * out_w, n_in + 1), np.float32)  # last column: ones (bias)
+            layer = _Layer(patches, conv.out_channels)
+            layer.patches = _strided(patches, (out_h, out_w, kh, kw, channels), (out_w * (n_in + 1), n_in + 1, kw * channels, channels, 1))
+            # where each patch lies in the (height, width, channels) input: element strides
+            layer.patch_strides = (sh * width * channels, sw * channels, width * channels, channels, 1)
+            if self._convs:  # the previous layer's output, channels-last
+                previous = self._convs[-1].out
+                layer.source = _strided(previous, layer.patches.shape, layer.patch_strides)
+            self._convs.append(layer)
+            height, width, channels = out_h, out_w, conv.out_channels
+        conv_dim = channels * height * width
+        float_in, float_out = m.float_feature_extractor[0], m.float_feature_extractor[2]
+        self._float_in = _Layer(np.ones((1, float_in.in_features + 1), np.float32), float_in.out_features)
+        self._float_out = _Layer(np.ones((1, float_out.in_features + 1), np.float32), float_out.out_features)
+        self._features = np.empty(conv_dim + float_out.out_features, np.float32)
+        self._conv_features = self._features[:conv_dim].reshape(channels, height * width).T  # forward's channels-first
+        self._float_features = self._features[None, conv_dim:]
+        n_quantiles = self.taus.shape[1]
+        a_hidden, a_out = m.A_head[0], m.A_head[2]
+        n_hidden = a_hidden.out_features + m.V_head[0].out_features
+        self._embedding = np.empty((n_quantiles, self._features.size), np.float32)
+        self._hidden = _Layer(np.ones((n_quantiles, self._features.size + 1), np.float32), n_hidden)
+        self._q = _Layer(np.ones((1, n_quantiles * n_hidden + 1), np.float32), a_out.out_features)  # every quantile's hidden, side by side
+        self._quantile_hidden = self._q.inputs[0, :-1].reshape(n_quantiles, n_hidden)
 
     @torch.no_grad()
     def _rewrite(self) -> None:
+        """The network's current weights -> the program's matrices (in place; numpy, ~10 operations fewer
+        than torch would take per refresh)."""
         m = self.network.module
-        convs = _convolutions(m)
-        first = convs[0]
-        self._conv_weights = [first.weight / 128.0] + [c.weight.clone() for c in convs[1:]]
-        self._conv_biases = [first.bias - first.weight.sum(dim=(1, 2, 3))] + [c.bias.clone() for c in convs[1:]]
-        self._conv_strides = [c.stride for c in convs]
+        for i, (conv, layer) in enumerate(zip(_convolutions(m), self._convs)):
+            weight, bias = _numpy(conv.weight), _numpy(conv.bias)
+            if i == 0:  # the frame's (x - 128) / 128
+                weight, bias = weight / 128.0, bias - weight.sum(axis=(1, 2, 3))
+            layer.set(weight.transpose(2, 3, 1, 0).reshape(-1, weight.shape[0]), bias)  # rows in (kh, kw, c) order
         float_in, float_out = m.float_feature_extractor[0], m.float_feature_extractor[2]
-        w = float_in.weight / m.float_std
-        self._float_layers = [(w, float_in.bias - w @ m.float_mean), (float_out.weight.clone(), float_out.bias.clone())]
-        self._embedding = m.quantile_embedding(self.taus)[0]  # (N, F)
+        weight = _numpy(float_in.weight) / _numpy(m.float_std)
+        self._float_in.set(weight.T, _numpy(float_in.bias) - weight @ _numpy(m.float_mean))
+        self._float_out.set(_numpy(float_out.weight).T, _numpy(float_out.bias))
+        self._embedding[:] = _numpy(m.quantile_embedding(self.taus)[0])
         a_hidden, a_out = m.A_head[0], m.A_head[2]
         v_hidden, v_out = m.V_head[0], m.V_head[2]
-        self._hidden_weight_t = torch.cat([a_hidden.weight, v_hidden.weight]).t().contiguous()  # (F, 2H)
-        self._hidden_bias = torch.cat([a_hidden.bias, v_hidden.bias])
-        n_actions = a_out.out_features
-        centering = torch.eye(n_actions, device=a_out.weight.device) - 1.0 / n_actions  # A - mean(A)
-        self._out_weight = torch.cat([centering @ a_out.weight, v_out.weight.expand(n_actions, -1)], dim=1).contiguous()
-        self._out_bias = centering @ a_out.bias + v_out.bias
+        n_a = a_hidden.out_features
+        self._hidden.set(_numpy(a_hidden.weight).T, _numpy(a_hidden.bias), columns=slice(0, n_a))
+        self._hidden.set(_numpy(v_hidden.weight).T, _numpy(v_hidden.bias), columns=slice(n_a, None))
+        # q = V + A - mean(A), averaged over the quantiles: one (N * 2H + 1, A) matrix, a block per quantile
+        a_weight, a_bias = _numpy(a_out.weight), _numpy(a_out.bias)
+        n_quantiles = self.taus.shape[1]
+        blocks = self._q.weights[:-1].reshape(n_quantiles, -1, a_out.out_features)  # (N, 2H, A)
+        blocks[:, :n_a] = (a_weight - a_weight.mean(axis=0)).T / n_quantiles
+        blocks[:, n_a:] = _numpy(v_out.weight).T / n_quantiles
+        self._q.weights[-1] = a_bias - a_bias.mean() + _numpy(v_out.bias)
         self._generation = self.network.weights_generation
 
-    def __call__(self, frame: np.ndarray, state_float: np.ndarray) -> np.ndarray:
+    def prepare(self) -> None:
+        """Rewrite the matrices now if the network's weights changed since (else the next call does)."""
         if self._generation != self.network.weights_generation:
             self._rewrite()
-        x, floats = self._inputs(frame, state_float)
-        for weight, bias, stride in zip(self._conv_weights, self._conv_biases, self._conv_strides):
-            x = F.leaky_relu_(F.conv2d(x, weight, bias, stride), LEAKY_SLOPE)
-        for weight, bias in self._float_layers:
-            floats = F.leaky_relu_(F.linear(floats, weight, bias), LEAKY_SLOPE)
-        features = torch.cat([x.view(1, -1), floats], dim=1)
-        hidden = F.leaky_relu_(torch.addmm(self._hidden_bias, features * self._embedding, self._hidden_weight_t), LEAKY_SLOPE)
-        q = torch.addmv(self._out_bias, self._out_weight, hidden.mean(dim=0))
-        return q.cpu().numpy() if q.device.type != "cpu" else q.numpy()
 
-    def _inputs(self, frame: np.ndarray, state_float: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """(1, 1, H, W) and (1, D) float32 tensors holding the state, written into tensors kept between calls
-        (numpy casts a uint8 frame on the way, as forward's img.float() would)."""
-        image_shape = (1, 1) + frame.shape[-2:]
-        if self._img_np is None or self._img_np.shape != image_shape or self._floats_np.shape[1:] != state_float.shape:
-            self._img, self._floats = torch.empty(image_shape), torch.empty((1, *state_float.shape))
-            self._img_np, self._floats_np = self._img.numpy(), self._floats.numpy()
-        self._img_np[0, 0] = frame.reshape(image_shape[2:])
-        self._floats_np[0] = state_float
-        if self.network.device.type == "cpu":
-            return self._img, self._floats
-        return self._img.to(self.network.device), self._floats.to(self.network.device)
+    def __call__(self, frame: np.ndarray, state_float: np.ndarray) -> np.ndarray:
+        self.prepare()
+        frame = np.ascontiguousarray(frame)
+        if frame.shape[-2:] != self._frame_shape or frame.size != frame.shape[-1] * frame.shape[-2]:
+            raise ValueError(f"expected a frame of shape (1, {self._frame_shape[0]}, {self._frame_shape[1]}), got {frame.shape}")
+        first, *others = self._convs
+        np.copyto(first.patches, _strided(frame, first.patches.shape, first.patch_strides))  # to float32
+        first.run(activation_into=first.out)
+        for layer in others:
+            np.copyto(layer.patches, layer.source)
+            layer.run(activation_into=layer.out)
+        np.copyto(self._conv_features, others[-1].out if others else first.out)
+        np.copyto(self._float_in.inputs[0, :-1], state_float)
+        self._float_in.run(activation_into=self._float_out.inputs[:, :-1])
+        self._float_out.run(activation_into=self._float_features)
+        np.multiply(self._features, self._embedding, out=self._hidden.inputs[:, :-1])
+        self._hidden.run(activation_into=self._quantile_hidden)
+        self._q.run()
+        return self._q.out[0].copy()
+
+
+class _Layer:
+    """One matrix product of the acting program, on kept buffers: `out = inputs @ weights`, the inputs
+    ending with a column of ones and the weights with the bias row; then LeakyReLU into a destination."""
+
+    def __init__(self, inputs: np.ndarray, n_out: int):
+        self.inputs = inputs
+        self.weights = np.empty((inputs.shape[1], n_out), np.float32)
+        self.out = np.empty((inputs.shape[0], n_out), np.float32)
+        self._scaled = np.empty_like(self.out)
+        self._tensors = tuple(torch.from_numpy(a) for a in (self.inputs, self.weights, self.out))
+
+    def set(self, weight_t: np.ndarray, bias: np.ndarray, columns: slice = slice(None)) -> None:
+        """weight_t: (inputs, outputs), the transpose of a torch layer's weight (for these output columns)."""
+        self.weights[:-1, columns] = weight_t
+        self.weights[-1, columns] = bias
+
+    def run(self, activation_into: np.ndarray | None = None) -> None:
+        """out = inputs @ weights (torch: MKL on one thread); LeakyReLU(out) = max(out, slope out) is
+        written into `activation_into` when given."""
+        inputs, weights, out = self._tensors
+        torch.mm(inputs, weights, out=out)
+        if activation_into is not None:
+            np.multiply(self.out, LEAKY_SLOPE_F32, out=self._scaled)
+            np.maximum(self.out, self._scaled, out=activation_into)
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().numpy()
+
+
+def _strided(array: np.ndarray, shape: tuple, element_strides: tuple) -> np.ndarray:
+    """A view of `array`'s memory with the given shape and strides counted in elements."""
+    return np.ndarray(shape, array.dtype, buffer=array, strides=tuple(s * array.itemsize for s in element_strides))
 
 
 def _convolutions(network: IQNNetwork) -> list[nn.Conv2d]:
@@ -168,8 +253,9 @@ def make_inference_network(cfg, layout: FloatLayout, n_actions: int, jit: bool, 
 
 
 def use_acting_torch_settings() -> None:
-    """Torch settings of a process that only acts, at batch 1 on the CPU (a collector): one thread, and
-    convolutions without oneDNN (mkldnn). oneDNN's batch-1 convolutions of the default network are slower
+    """Torch settings of a process that only acts, at batch 1 on the CPU (a collector): one thread (the
+    acting program's matrix products run on it), and forward's convolutions (analysis, videos) without
+    oneDNN (mkldnn). oneDNN's batch-1 convolutions of the default network are slower
     than torch's own (im2col + GEMM): measured on 2 Xeon 2.8 GHz vCPUs, torch 2.13.0+cpu, 1 thread, a whole
     Inferer call ran 16-19% faster without it (A/B, alternating blocks, medians; the convolutions alone
     ~40% faster); the Q values agree to float rounding (~1e-7). A process-wide flag: never set it in the

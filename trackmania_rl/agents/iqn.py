@@ -35,7 +35,7 @@ class IQNNetwork(nn.Module):
         self.n_actions = int(n_actions)
         self.float_dim = int(layout.dim)
         self.embedding_dim = int(cfg.iqn_embedding_dimension)
-        image_shape = (1, cfg.H_downsized, cfg.W_downsized)
+        self.image_shape = image_shape = (1, int(cfg.H_downsized), int(cfg.W_downsized))
         layers: list[nn.Module] = []
         channels = 1
         for out_channels, kernel, stride in cfg.conv_layers:
@@ -282,15 +282,22 @@ class Inferer:
         self.tau_epsilon_boltzmann = float(cfg.tau_epsilon_boltzmann)
         self.n_quantiles = int(cfg.iqn_k)
         self.taus = midpoint_taus(self.n_quantiles, self.device)
-        # an InferenceNetwork (agents/inference.py) acts through its short program for the mean Q at these
-        # fixed fractions; other networks through forward
+        # on the CPU, an InferenceNetwork (agents/inference.py) acts through its short program for the mean Q
+        # at these fixed fractions; other networks, and any network on a GPU, through forward
         mean_q_at = getattr(network, "mean_q_at", None)
-        self._mean_q = mean_q_at(self.taus) if mean_q_at is not None else None
+        self._mean_q = mean_q_at(self.taus) if mean_q_at is not None and self.device.type == "cpu" else None
 
     def set_exploration(self, epsilon: float, epsilon_boltzmann: float, tau_epsilon_boltzmann: float | None = None) -> None:
         self.epsilon, self.epsilon_boltzmann = float(epsilon), float(epsilon_boltzmann)
         if tau_epsilon_boltzmann is not None:
             self.tau_epsilon_boltzmann = float(tau_epsilon_boltzmann)
+
+    def prepare(self) -> None:
+        """Bring the acting program up to date with the network's weights now rather than at the next
+        decision (a collector calls it after each weight refresh, before the render: the rewrite then finds
+        the new weights still in the CPU caches)."""
+        if self._mean_q is not None:
+            self._mean_q.prepare()
 
     def infer_network(self, frame: np.ndarray, state_float: np.ndarray, taus: torch.Tensor | None = None) -> np.ndarray:
         """Quantile values (K, A) for one state (frame uint8 (1, H, W), floats (D,))."""
