@@ -9,14 +9,15 @@
   network of the default config sizes, on the CPU with the collector's torch settings (one thread, batch
   1, iqn_k quantiles per action, its acting program `MeanQAtFixedTaus`, convolutions without oneDNN:
   agents/inference.py `use_acting_torch_settings`), its weights fetched every
-  `update_inference_network_every_n_actions` actions; the centerline follower drives while the network's
-  decision is paid for;
+  `update_inference_network_every_n_actions` actions; the network's decision is paid for, while the car
+  plays the actions the centerline follower chose in an untimed recording rollout (the follower's own
+  work is not a collector's, so it is not timed);
 - `game.collector_efficiency`: their ratio (target >= 0.90).
 `game.render_ms`, `game.render_ms_gymnasium_road` and `game.render_speedup`: our render against the same
 env drawing the road with CarRacing's own code (see `_render_figures`).
-Also `game.collector_efficiency_without_network` (the same rollout with the hand-written centerline
-follower deciding and no network: the game side's own overhead) and the rollout's per-stage timings
-(`game.rollout_ns_per_action.<stage>`; `exploration_policy` includes the follower's decision).
+Also `game.collector_efficiency_without_network` (the same rollout replaying the recorded actions with
+no network: the game side's own overhead) and the rollout's per-stage timings
+(`game.rollout_ns_per_action.<stage>`).
 Each repetition measures all back to back, in rotated order; figures are medians over repetitions of
 wall-clock rates; the efficiency lines also give the ratio from the process's CPU time
 (`cpu_time_ratio`), which other processes on a shared machine disturb less.
@@ -43,14 +44,15 @@ SEEDS = (0, 1, 2, 3)
 STAGES = ("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network", "bookkeeping")
 
 
-def make_policy(cfg, layout, n_actions: int, choose_action):
+def make_policy(cfg, layout, n_actions: int):
     """A collector's own acting path: `CollectorPolicy` (Inferer acting through the inference network's
     acting program at iqn_k midpoint quantiles, batch 1) over a real `SharedNetwork` in shared memory (spawn
     context, as scripts/train.py builds it), holding a freshly initialised network of the config's sizes.
 
     Returns (policy, update_network, shared). `policy(frame, state_float)` pays for the network's decision
-    and plays `choose_action(frame, state_float)[0]` instead (the benchmark drives with the centerline
-    follower so that the car follows the track), reporting it greedy when it is the network's argmax.
+    and plays `policy.drive(frame, state_float)` instead (the benchmark drives with the centerline
+    follower's actions so that the car follows the track), reporting it greedy when it is the network's
+    argmax. `policy.start_race(drive)` sets that driver for the coming race.
     `update_network()` is the collector's: the rollout calls it every
     update_inference_network_every_n_actions actions; before each call a new policy version is announced
     (version bump only: the learner's publish is not the collector's cost), so every call copies the
@@ -62,14 +64,15 @@ def make_policy(cfg, layout, n_actions: int, choose_action):
 
     def policy(frame, state_float):
         _, _, value, q_values = collector(frame, state_float)
-        action = int(choose_action(frame, state_float)[0])
+        action = policy.drive(frame, state_float)
         return action, action == int(q_values.argmax()), value, q_values
 
     def update_network():
         shared.set_version(shared.version + 1)  # "the learner published": the collector's fetch copies
         collector.update_network()
 
-    def start_race():  # what a collector does before each race (greedy: the follower drives anyway)
+    def start_race(drive):  # what a collector does before each race (greedy: `drive` decides anyway)
+        policy.drive = drive
         collector.start_race(cfg, 0, explore=False)
 
     policy.start_race = start_race
@@ -98,29 +101,45 @@ def timed(play) -> tuple[float, float, object]:
 def _measure(cfg, game: CarRacingGameInstance, repetitions: int):
     layout = game.float_layout
     follower = centerline_follower(cfg, layout)
-    network_policy, update_network, _shared = make_policy(cfg, layout, len(cfg.inputs), choose_action=follower)
+    network_policy, update_network, _shared = make_policy(cfg, layout, len(cfg.inputs))
 
     def no_network_to_update():
         pass
 
-    # An untimed rollout per seed records the actions the bare game replays (the policies are
-    # deterministic and drive alike, so every timed rollout of that seed plays them again); it also
-    # warms up.
+    # An untimed rollout per seed, the follower driving, records the actions that every timed run of
+    # that seed replays (bare game and rollouts alike); it also warms up.
     maps, recorded = {}, {}
     for seed in SEEDS:
         maps[seed] = MapSpec(f"seed{seed}", seed)
-        network_policy.start_race()
+        network_policy.start_race(lambda frame, state_float: int(follower(frame, state_float)[0]))
         results, _ = game.rollout(network_policy, maps[seed], game.zone_centers_for(maps[seed]), update_network)
         recorded[seed] = results["actions"]
+
+    def replaying(seed):
+        """A driver playing the recorded actions of `seed` in turn."""
+        actions = iter(recorded[seed])
+
+        def drive(frame, state_float):
+            action = next(actions, None)
+            if action is None:
+                raise RuntimeError(f"seed {seed}: the race went on past its recording: the game is not deterministic")
+            return action
+
+        return drive
+
+    def replay_without_network(seed):
+        """A policy playing the recorded actions, deciding nothing (the game side's own overhead)."""
+        drive, q_values = replaying(seed), np.zeros(len(cfg.inputs), dtype=np.float32)
+        return lambda frame, state_float: (drive(frame, state_float), True, 0.0, q_values)
 
     def rollout(policy, seed, update):
         results, stats = game.rollout(policy, maps[seed], game.zone_centers_for(maps[seed]), update)
         if results["actions"] != recorded[seed]:
-            raise RuntimeError("a benchmark rollout did not replay its recorded actions: the game is not deterministic")
+            raise RuntimeError("a benchmark rollout ended before its recording did: the game is not deterministic")
         return stats
 
     def collector_rollout(seed):
-        network_policy.start_race()
+        network_policy.start_race(replaying(seed))
         return rollout(network_policy, seed, update_network)
 
     # three ways to play the same race; each repetition runs them back to back in a rotated order so
@@ -128,7 +147,7 @@ def _measure(cfg, game: CarRacingGameInstance, repetitions: int):
     contenders = {
         "bare": lambda seed: play_bare(game, seed, recorded[seed]),
         "rollout": collector_rollout,
-        "rollout_without_network": lambda seed: rollout(follower, seed, no_network_to_update),
+        "rollout_without_network": lambda seed: rollout(replay_without_network(seed), seed, no_network_to_update),
     }
     wall_rates = {name: [] for name in contenders}
     cpu_rates = {name: [] for name in contenders}
@@ -186,7 +205,7 @@ def run(args):
     }
     for figure, name, extra in (
         ("game.collector_efficiency", "rollout", {"target": ">= 0.90"}),
-        # the same without the network (the hand-written follower decides): the game side's own overhead
+        # the same without the network (nothing decides): the game side's own overhead
         ("game.collector_efficiency_without_network", "rollout_without_network", {}),
     ):
         paired = [r / b for r, b in zip(wall_rates[name], wall_rates["bare"])]
