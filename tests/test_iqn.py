@@ -300,6 +300,22 @@ def test_weight_refresh_reaches_the_acting_network(cfg, layout, jit):
         np.testing.assert_allclose(inferer.infer_network(frame, floats), shared_q(), rtol=1e-5, atol=1e-6)
 
 
+def test_weight_refresh_refuses_another_network_and_follows_a_new_one(cfg, layout):
+    collector = make_inference_network(cfg, layout, N_ACTIONS, jit=True)
+    with pytest.raises(RuntimeError):  # same entries, other shapes
+        collector.load_state_dict_from(IQNNetwork(cfg, layout, N_ACTIONS + 1))
+    other = IQNNetwork(cfg, layout, N_ACTIONS)
+    other.extra = nn.Linear(2, 2)
+    with pytest.raises(KeyError, match="extra"):
+        collector.load_state_dict_from(other)
+    for seed in range(2):  # a second shared network: the copy comes from it, not from the first
+        torch.manual_seed(seed)
+        shared = IQNNetwork(cfg, layout, N_ACTIONS)
+        collector.load_state_dict_from(shared)
+        for name, tensor in shared.state_dict().items():
+            torch.testing.assert_close(collector.state_dict()[name], tensor)
+
+
 ACTING_ARCHITECTURES = [
     {},  # the tiny network of learner_helpers
     dict(conv_layers=[(6, 5, 3)], dense_hidden_dimension=16, iqn_k=4),  # one convolution, odd kernel

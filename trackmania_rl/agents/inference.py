@@ -53,6 +53,7 @@ class InferenceNetwork:
         self._acting_tensors = dict(self.acting.state_dict())
         self._expected_keys = set(self.module.state_dict())  # persistent entries (a scripted state_dict lists more)
         self.weights_generation = 0  # bumped by every refresh: the acting program rewrites its matrices
+        self._copy_source, self._copy_pairs = None, []  # the shared network last copied from, (ours, its) tensors
 
     def __call__(self, img: torch.Tensor, state_float: torch.Tensor, n_quantiles: int, taus: torch.Tensor | None = None):
         return self.acting(img, state_float, n_quantiles, taus)
@@ -68,12 +69,15 @@ class InferenceNetwork:
 
         Call it with the shared network's lock held. Raises KeyError / RuntimeError on any mismatch.
         """
-        source = strip_compile_prefix(shared_network.state_dict())
-        if set(source) != self._expected_keys:
-            expected = self._expected_keys
-            raise KeyError(f"shared network entries differ: missing {sorted(expected - set(source))}, unexpected {sorted(set(source) - expected)}")
-        for name, tensor in source.items():
-            self._acting_tensors[name].copy_(tensor)
+        if self._copy_source is not shared_network:  # matched once per shared network: its tensors are kept
+            source = strip_compile_prefix(shared_network.state_dict())
+            if set(source) != self._expected_keys:
+                expected = self._expected_keys
+                raise KeyError(f"shared network entries differ: missing {sorted(expected - set(source))}, unexpected {sorted(set(source) - expected)}")
+            self._copy_pairs = [(self._acting_tensors[name], tensor) for name, tensor in source.items()]
+            self._copy_source = shared_network
+        for destination, tensor in self._copy_pairs:
+            destination.copy_(tensor)
         self.weights_generation += 1
 
     def state_dict(self) -> dict:
@@ -163,17 +167,17 @@ class MeanQAtFixedTaus:
             weight, bias = _numpy(conv.weight), _numpy(conv.bias)
             if i == 0:  # the frame's (x - 128) / 128
                 weight, bias = weight / 128.0, bias - weight.sum(axis=(1, 2, 3))
-            layer.set(weight.transpose(2, 3, 1, 0).reshape(-1, weight.shape[0]), bias)  # rows in (kh, kw, c) order
+            layer.set(weight.transpose(0, 2, 3, 1).reshape(weight.shape[0], -1), bias)  # inputs in (kh, kw, c) order
         float_in, float_out = m.float_feature_extractor[0], m.float_feature_extractor[2]
         weight = _numpy(float_in.weight) / _numpy(m.float_std)
-        self._float_in.set(weight.T, _numpy(float_in.bias) - weight @ _numpy(m.float_mean))
-        self._float_out.set(_numpy(float_out.weight).T, _numpy(float_out.bias))
+        self._float_in.set(weight, _numpy(float_in.bias) - weight @ _numpy(m.float_mean))
+        self._float_out.set(_numpy(float_out.weight), _numpy(float_out.bias))
         self._embedding[:] = _numpy(m.quantile_embedding(self.taus)[0])
         a_hidden, a_out = m.A_head[0], m.A_head[2]
         v_hidden, v_out = m.V_head[0], m.V_head[2]
         n_a = a_hidden.out_features
-        self._hidden.set(_numpy(a_hidden.weight).T, _numpy(a_hidden.bias), columns=slice(0, n_a))
-        self._hidden.set(_numpy(v_hidden.weight).T, _numpy(v_hidden.bias), columns=slice(n_a, None))
+        self._hidden.set(_numpy(a_hidden.weight), _numpy(a_hidden.bias), columns=slice(0, n_a))
+        self._hidden.set(_numpy(v_hidden.weight), _numpy(v_hidden.bias), columns=slice(n_a, None))
         # q = V + A - mean(A), averaged over the quantiles: one (N * 2H + 1, A) matrix, a block per quantile
         a_weight, a_bias = _numpy(a_out.weight), _numpy(a_out.bias)
         n_quantiles = self.taus.shape[1]
@@ -220,9 +224,9 @@ class _Layer:
         self._scaled = np.empty_like(self.out)
         self._tensors = tuple(torch.from_numpy(a) for a in (self.inputs, self.weights, self.out))
 
-    def set(self, weight_t: np.ndarray, bias: np.ndarray, columns: slice = slice(None)) -> None:
-        """weight_t: (inputs, outputs), the transpose of a torch layer's weight (for these output columns)."""
-        self.weights[:-1, columns] = weight_t
+    def set(self, weight: np.ndarray, bias: np.ndarray, columns: slice = slice(None)) -> None:
+        """A torch layer's (outputs, inputs) weight and its bias, into these output columns."""
+        self.weights[:-1, columns] = weight.T
         self.weights[-1, columns] = bias
 
     def run(self, activation_into: np.ndarray | None = None) -> None:
