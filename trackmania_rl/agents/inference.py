@@ -106,8 +106,9 @@ class MeanQAtFixedTaus:
     - the mean over quantiles and the dueling combination V + A - mean(A) are linear, so they are folded
       into the last matrix: the N quantiles' hidden vectors side by side times N stacked copies of it.
     The result equals forward's to float rounding (~1e-7; tests/test_iqn.py checks several
-    architectures). At every weight refresh (`InferenceNetwork.load_state_dict_from` bumps the generation)
-    the weights are rewritten into the kept matrices. Measured in docs/performance.md."""
+    architectures). After every weight refresh (`InferenceNetwork.load_state_dict_from` bumps the
+    generation) the weights are rewritten into the kept matrices, by `prepare()` or at the next call. Not
+    thread-safe: every call reuses the same buffers. Measured in docs/performance.md."""
 
     def __init__(self, network: InferenceNetwork, taus: torch.Tensor):
         if taus.dim() != 2 or taus.shape[0] != 1:
@@ -133,14 +134,13 @@ class MeanQAtFixedTaus:
             (kh, kw), (sh, sw) = conv.kernel_size, conv.stride
             out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
             n_in = kh * kw * channels
-            patches = np.ones((out_h * out_w, n_in + 1), np.float32)  # last column: ones (bias)
-            layer = _Layer(patches, conv.out_channels)
-            layer.patches = _strided(patches, (out_h, out_w, kh, kw, channels), (out_w * (n_in + 1), n_in + 1, kw * channels, channels, 1))
-            # where each patch lies in the (height, width, channels) input: element strides
+            layer = _Layer(np.ones((out_h * out_w, n_in + 1), np.float32), conv.out_channels)  # last column: ones (bias)
+            # the inputs matrix as (out_h, out_w, kh, kw, c) patches; where each patch lies in the channels-last
+            # (height, width, channels) input, in elements; that view of the previous layer's output
+            layer.patches = _strided(layer.inputs, (out_h, out_w, kh, kw, channels), (out_w * (n_in + 1), n_in + 1, kw * channels, channels, 1))
             layer.patch_strides = (sh * width * channels, sw * channels, width * channels, channels, 1)
-            if self._convs:  # the previous layer's output, channels-last
-                previous = self._convs[-1].out
-                layer.source = _strided(previous, layer.patches.shape, layer.patch_strides)
+            if self._convs:
+                layer.source = _strided(self._convs[-1].out, layer.patches.shape, layer.patch_strides)
             self._convs.append(layer)
             height, width, channels = out_h, out_w, conv.out_channels
         conv_dim = channels * height * width
@@ -160,8 +160,7 @@ class MeanQAtFixedTaus:
 
     @torch.no_grad()
     def _rewrite(self) -> None:
-        """The network's current weights -> the program's matrices (in place; numpy, ~10 operations fewer
-        than torch would take per refresh)."""
+        """The network's current weights -> the program's matrices, in place."""
         m = self.network.module
         for i, (conv, layer) in enumerate(zip(_convolutions(m), self._convs)):
             weight, bias = _numpy(conv.weight), _numpy(conv.bias)
