@@ -14,7 +14,9 @@
   work is not a collector's, so it is not timed);
 - `game.collector_efficiency`: their ratio (target >= 0.90).
 `game.render_ms`, `game.render_ms_gymnasium_road` and `game.render_speedup`: our render against the same
-env drawing the road with CarRacing's own code (see `_render_figures`).
+env drawing the road with CarRacing's own code (see `_render_figures`); `game.decision_us_after_render`
+and `game.decision_us_after_render_forward`: a collector's decision right after a render, through its
+acting program and through the TorchScript forward (see `_decision_figures`).
 Also `game.collector_efficiency_without_network` (the same rollout replaying the recorded actions with
 no network: the game side's own overhead) and the rollout's per-stage timings
 (`game.rollout_ns_per_action.<stage>`).
@@ -222,6 +224,7 @@ def run(args):
     for stage in STAGES:
         yield {"figure": f"game.rollout_ns_per_action.{stage}", "value": round(statistics.median(stage_ns[stage])), "unit": "ns/action"}
     yield from _render_figures(cfg, n_seeds=2 if quick else 6)
+    yield from _decision_figures(cfg, n_seeds=2 if quick else 6)
 
 
 def _render_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
@@ -260,3 +263,42 @@ def _render_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
     yield {"figure": "game.render_ms", "value": round(median_ms["ours"], 3), "unit": "ms", **common}
     yield {"figure": "game.render_ms_gymnasium_road", "value": round(median_ms["gymnasium"], 3), "unit": "ms", **common}
     yield {"figure": "game.render_speedup", "value": round(median_ms["gymnasium"] / median_ms["ours"], 3), "unit": "x"}
+
+
+def _decision_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
+    """`game.decision_us_after_render`: one collector decision (`Inferer.get_exploration_action` through the
+    acting program) right after a render, as in a rollout; `..._forward`: the same decision through the
+    TorchScript forward at the same fractions (the path before the acting program), alternated with it
+    after every other render, with the collector's torch settings; both decide on every frame and their
+    Q values are checked equal to float rounding."""
+    game = CarRacingGameInstance(cfg)
+    layout = game.float_layout
+    rng = np.random.default_rng(0)
+    state_float = layout.mean.astype(np.float32)  # the floats do not change the work
+    times = {"acting": [], "forward": []}
+    try:
+        with acting_torch_settings():
+            shared = make_network(cfg, layout, len(cfg.inputs), "cpu")
+            policy = CollectorPolicy(cfg, layout, len(cfg.inputs), SharedNetwork(shared, torch_mp.get_context("spawn")))
+            inferer = policy.inferer
+            paths = {"acting": lambda f, s: inferer.get_exploration_action(f, s)[3], "forward": lambda f, s: inferer.infer_network(f, s).mean(axis=0)}
+            for seed in range(n_seeds):
+                game.env.reset(seed=seed)
+                for k in range(actions_per_seed):
+                    q = {}
+                    for name in sorted(paths, reverse=bool(k % 2)):
+                        frame = game.convert_frame(game.env.render_state_pixels())
+                        start = time.perf_counter_ns()
+                        q[name] = paths[name](frame, state_float)
+                        times[name].append(time.perf_counter_ns() - start)
+                    if not np.allclose(q["acting"], q["forward"], rtol=1e-4, atol=1e-5):
+                        raise RuntimeError(f"seed {seed}, action {k}: the acting program and forward disagree")
+                    control = game.controls[int(rng.integers(len(game.controls)))]
+                    for _ in range(cfg.physics_steps_per_action):
+                        game.env.step(control)
+    finally:
+        game.close()
+    median_us = {name: statistics.median(values) / 1e3 for name, values in times.items()}
+    common = {"decisions": len(times["acting"]), "iqn_k": cfg.iqn_k, "threads": 1}
+    yield {"figure": "game.decision_us_after_render", "value": round(median_us["acting"], 1), "unit": "us", "path": "acting program (MeanQAtFixedTaus)", **common}
+    yield {"figure": "game.decision_us_after_render_forward", "value": round(median_us["forward"], 1), "unit": "us", "path": "torch.jit.script forward", **common}
