@@ -12,17 +12,16 @@ Two ways to compute with it:
 The weight refresh copies the shared network's tensors *into the tensors the acting module computes with*
 (its own state_dict entries, in place), so it reaches the network that acts whether it is scripted or eager
 (Linesight's jit=False path acted with a deep copy that never received new weights); the acting program
-rewrites itself from them at its next call.
+rewrites itself from them (`Inferer.prepare` right after the refresh, or at its next call).
 
 Acting at batch 1 on the CPU, what counts is the cost right after a render: the render evicts the code and
 the weights from the caches, so each operation costs several times its warm cost (a lone small tensor add:
 ~3 us warm, ~80 us after a render). Measured with the default config (iqn_k = 8) on 2 Xeon 2.8 GHz vCPUs,
-torch 2.13.0+cpu, 1 thread, whole CollectorPolicy calls, medians of 360 calls, three alternating runs of
-the previous path (TorchScript forward, quantile embedding cached per refresh) and the acting program:
-after a render 1114 / 1196 / 1484 us -> 913 / 955 / 1182 us (x0.80-0.82); warm 522 / 566 / 829 us ->
-387 / 451 / 658 us (x0.74-0.80). torch.compile (inductor, C++ wrapper) of the acting program was no faster
-after a render (~1.0 ms). Collector processes also run convolutions without oneDNN
-(`use_acting_torch_settings`): whole calls x0.81-0.84, its batch-1 convolutions being slower.
+torch 2.13.0+cpu, 1 thread, one decision right after a render, medians of ~430 decisions: the previous,
+torch-only acting program alternated with this numpy-buffer one in one process, three runs: 1072 / 924 /
+1095 us -> 694 / 631 / 706 us; the TorchScript forward alternated with it by `python scripts/benchmark.py
+game` (`game.decision_us_after_render`): 1.55-1.69 ms against 0.73-0.79 ms. torch.compile (inductor, C++
+wrapper) of the torch-only program was no faster after a render (~1.0 ms).
 """
 
 from __future__ import annotations
