@@ -302,8 +302,11 @@ def test_weight_refresh_reaches_the_acting_network(cfg, layout, jit):
 
 def test_weight_refresh_refuses_another_network_and_follows_a_new_one(cfg, layout):
     collector = make_inference_network(cfg, layout, N_ACTIONS, jit=True)
-    with pytest.raises(RuntimeError):  # same entries, other shapes
+    before = {name: tensor.clone() for name, tensor in collector.state_dict().items()}
+    with pytest.raises(RuntimeError, match="shape"):  # same entries, other shapes: nothing is copied
         collector.load_state_dict_from(IQNNetwork(cfg, layout, N_ACTIONS + 1))
+    for name, tensor in collector.state_dict().items():
+        torch.testing.assert_close(tensor, before[name])
     other = IQNNetwork(cfg, layout, N_ACTIONS)
     other.extra = nn.Linear(2, 2)
     with pytest.raises(KeyError, match="extra"):

@@ -66,15 +66,19 @@ class InferenceNetwork:
     def load_state_dict_from(self, shared_network: nn.Module) -> None:
         """Copy the shared network's weights and normalisation into the acting network (in place).
 
-        Call it with the shared network's lock held. Raises KeyError / RuntimeError on any mismatch.
+        Call it with the shared network's lock held. Raises KeyError / RuntimeError on any mismatch, before
+        copying anything.
         """
         if self._copy_source is not shared_network:  # matched once per shared network: its tensors are kept
             source = strip_compile_prefix(shared_network.state_dict())
             if set(source) != self._expected_keys:
                 expected = self._expected_keys
                 raise KeyError(f"shared network entries differ: missing {sorted(expected - set(source))}, unexpected {sorted(set(source) - expected)}")
-            self._copy_pairs = [(self._acting_tensors[name], tensor) for name, tensor in source.items()]
-            self._copy_source = shared_network
+            pairs = [(self._acting_tensors[name], tensor) for name, tensor in source.items()]
+            for (name, tensor), (ours, _) in zip(source.items(), pairs):
+                if ours.shape != tensor.shape:  # checked before anything is copied: no half-overwritten network
+                    raise RuntimeError(f"shared network entry {name!r} has shape {tuple(tensor.shape)}, this network's {tuple(ours.shape)}")
+            self._copy_pairs, self._copy_source = pairs, shared_network
         for destination, tensor in self._copy_pairs:
             destination.copy_(tensor)
         self.weights_generation += 1

@@ -294,8 +294,8 @@ class Inferer:
 
     def prepare(self) -> None:
         """Bring the acting program up to date with the network's weights now rather than at the next
-        decision (a collector calls it after each weight refresh, before the render: the rewrite then finds
-        the new weights still in the CPU caches)."""
+        decision (a collector calls it right after each weight refresh, so that the rewrite is done, and
+        timed, with the refresh)."""
         if self._mean_q is not None:
             self._mean_q.prepare()
 

@@ -476,8 +476,9 @@ class CarRacingGameInstance(GameInstance):
             end_reason = tracker.cutoff_reason(time_ms, overall_cutoff, no_progress_cutoff)
             if end_reason is not None:
                 break
-            # the floats and the network update first: the floats read only the car's state, which the
-            # render leaves as it is, and before the render the CPU caches still hold what both read
+            # the floats before the render: they read only the car's state, which the render leaves as it
+            # is, and before the render the CPU caches still hold it (~170 -> ~50 us per action); the
+            # network update too, as it does not need the frame
             state_float = self.state_float(geometry, tracker.current_zone_idx, tracker.progress, previous_actions)
             n_actions_done = len(results["actions"])
             if n_actions_done % update_every == 0:
