@@ -74,10 +74,12 @@ class InferenceNetwork:
             if set(source) != self._expected_keys:
                 expected = self._expected_keys
                 raise KeyError(f"shared network entries differ: missing {sorted(expected - set(source))}, unexpected {sorted(set(source) - expected)}")
-            pairs = [(self._acting_tensors[name], tensor) for name, tensor in source.items()]
-            for (name, tensor), (ours, _) in zip(source.items(), pairs):
+            pairs = []
+            for name, tensor in source.items():
+                ours = self._acting_tensors[name]
                 if ours.shape != tensor.shape:  # checked before anything is copied: no half-overwritten network
                     raise RuntimeError(f"shared network entry {name!r} has shape {tuple(tensor.shape)}, this network's {tuple(ours.shape)}")
+                pairs.append((ours, tensor))
             self._copy_pairs, self._copy_source = pairs, shared_network
         for destination, tensor in self._copy_pairs:
             destination.copy_(tensor)
@@ -138,12 +140,15 @@ class MeanQAtFixedTaus:
             out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
             n_in = kh * kw * channels
             layer = _Layer(np.ones((out_h * out_w, n_in + 1), np.float32), conv.out_channels)  # last column: ones (bias)
-            # the inputs matrix as (out_h, out_w, kh, kw, c) patches; where each patch lies in the channels-last
-            # (height, width, channels) input, in elements; that view of the previous layer's output
+            # the inputs matrix as (out_h, out_w, kh, kw, c) patches, and where each patch lies in the
+            # channels-last (height, width, channels) input, in elements: in the frame for the first layer,
+            # else a view of the previous layer's output
             layer.patches = _strided(layer.inputs, (out_h, out_w, kh, kw, channels), (out_w * (n_in + 1), n_in + 1, kw * channels, channels, 1))
-            layer.patch_strides = (sh * width * channels, sw * channels, width * channels, channels, 1)
+            patch_strides = (sh * width * channels, sw * channels, width * channels, channels, 1)
             if self._convs:
-                layer.source = _strided(self._convs[-1].out, layer.patches.shape, layer.patch_strides)
+                layer.source = _strided(self._convs[-1].out, layer.patches.shape, patch_strides)
+            else:
+                self._frame_patch_strides = patch_strides
             self._convs.append(layer)
             height, width, channels = out_h, out_w, conv.out_channels
         conv_dim = channels * height * width
@@ -200,12 +205,12 @@ class MeanQAtFixedTaus:
         if frame.shape[-2:] != self._frame_shape or frame.size != frame.shape[-1] * frame.shape[-2]:
             raise ValueError(f"expected a frame of shape (1, {self._frame_shape[0]}, {self._frame_shape[1]}), got {frame.shape}")
         first, *others = self._convs
-        np.copyto(first.patches, _strided(frame, first.patches.shape, first.patch_strides))  # to float32
+        np.copyto(first.patches, _strided(frame, first.patches.shape, self._frame_patch_strides))  # to float32
         first.run(activation_into=first.out)
         for layer in others:
             np.copyto(layer.patches, layer.source)
             layer.run(activation_into=layer.out)
-        np.copyto(self._conv_features, others[-1].out if others else first.out)
+        np.copyto(self._conv_features, self._convs[-1].out)
         np.copyto(self._float_in.inputs[0, :-1], state_float)
         self._float_in.run(activation_into=self._float_out.inputs[:, :-1])
         self._float_out.run(activation_into=self._float_features)
