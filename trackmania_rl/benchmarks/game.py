@@ -18,8 +18,10 @@ env drawing the road with CarRacing's own code (see `_render_figures`); `game.de
 and `game.decision_us_after_render_forward`: a collector's decision right after a render, through its
 acting program and through the TorchScript forward (see `_decision_figures`).
 Also `game.collector_efficiency_without_network` (the same rollout replaying the recorded actions with
-no network: the game side's own overhead) and the rollout's per-stage timings
-(`game.rollout_ns_per_action.<stage>`).
+no network: the game side's own overhead), the rollout's per-stage timings
+(`game.rollout_ns_per_action.<stage>`), the bare game's (`game.bare_ns_per_action.render|physics`), and
+`game.game_stages_slowdown_in_rollout`: render + physics inside a rollout over the same in the bare game
+(median of paired repetitions), the part of the collector's cost that its own stages do not show.
 Each repetition measures all back to back, in rotated order; figures are medians over repetitions of
 wall-clock rates; the efficiency lines also give the ratio from the process's CPU time
 (`cpu_time_ratio`), which other processes on a shared machine disturb less.
@@ -44,6 +46,7 @@ from trackmania_rl.shared_network import SharedNetwork
 
 SEEDS = (0, 1, 2, 3)
 STAGES = ("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network", "bookkeeping")
+GAME_STAGES = ("render", "physics")  # the bare game's own, timed in both
 
 
 def make_policy(cfg, layout, n_actions: int):
@@ -81,16 +84,25 @@ def make_policy(cfg, layout, n_actions: int):
     return policy, update_network, shared
 
 
-def play_bare(game: CarRacingGameInstance, seed: int, actions) -> None:
+def play_bare(game: CarRacingGameInstance, seed: int, actions) -> dict:
     """The game alone playing `actions` on `seed`: reset, then per action one render and the physics
-    steps of one action, through the rollout's own env."""
+    steps of one action, through the rollout's own env. Returns ns per action of render and physics,
+    clocked as the rollout clocks them."""
     env, controls, steps = game.env, game.controls, game.cfg.physics_steps_per_action
+    clock = time.perf_counter_ns
+    render_ns = physics_ns = 0
     env.reset(seed=seed)
     for action in actions:
+        t0 = clock()
         env.render_state_pixels()
+        t1 = clock()
         control = controls[action]
         for _ in range(steps):
             env.step(control)
+        t2 = clock()
+        render_ns += t1 - t0
+        physics_ns += t2 - t1
+    return {"render": render_ns / len(actions), "physics": physics_ns / len(actions)}
 
 
 def timed(play) -> tuple[float, float, object]:
@@ -154,6 +166,7 @@ def _measure(cfg, game: CarRacingGameInstance, repetitions: int):
     wall_rates = {name: [] for name in contenders}
     cpu_rates = {name: [] for name in contenders}
     stage_ns = {s: [] for s in STAGES}
+    bare_stage_ns = {s: [] for s in GAME_STAGES}
     names = list(contenders)
     for rep in range(repetitions):
         seed = SEEDS[rep % len(SEEDS)]
@@ -164,7 +177,10 @@ def _measure(cfg, game: CarRacingGameInstance, repetitions: int):
             if name == "rollout":
                 for stage in STAGES:
                     stage_ns[stage].append(stats[f"instrumentation__{stage}"])
-    return recorded, wall_rates, cpu_rates, stage_ns
+            elif name == "bare":
+                for stage in GAME_STAGES:
+                    bare_stage_ns[stage].append(stats[stage])
+    return recorded, wall_rates, cpu_rates, stage_ns, bare_stage_ns
 
 
 def run(args):
@@ -177,7 +193,7 @@ def run(args):
     try:
         # the collector's torch settings (1 thread, batch-1 convolutions without oneDNN), restored after
         with acting_torch_settings():
-            recorded, wall_rates, cpu_rates, stage_ns = _measure(cfg, game, repetitions)
+            recorded, wall_rates, cpu_rates, stage_ns, bare_stage_ns = _measure(cfg, game, repetitions)
     finally:
         game.close()
 
@@ -223,6 +239,19 @@ def run(args):
         }
     for stage in STAGES:
         yield {"figure": f"game.rollout_ns_per_action.{stage}", "value": round(statistics.median(stage_ns[stage])), "unit": "ns/action"}
+    for stage in GAME_STAGES:
+        yield {"figure": f"game.bare_ns_per_action.{stage}", "value": round(statistics.median(bare_stage_ns[stage])), "unit": "ns/action"}
+    # the game's own stages run slower inside a rollout than alone: the collector's work between them
+    # (above all the network's weights) pushes the game's code and data out of the CPU caches
+    paired = [
+        sum(stage_ns[s][rep] for s in GAME_STAGES) / sum(bare_stage_ns[s][rep] for s in GAME_STAGES) for rep in range(repetitions)
+    ]
+    yield {
+        "figure": "game.game_stages_slowdown_in_rollout",
+        "value": round(statistics.median(paired), 4),
+        "unit": "ratio",
+        "per_repetition": [round(r, 4) for r in paired],
+    }
     yield from _render_figures(cfg, n_seeds=2 if quick else 6)
     yield from _decision_figures(cfg, n_seeds=2 if quick else 6)
 
