@@ -7,10 +7,6 @@ Each suite lives in trackmania_rl/benchmarks/<suite>.py as `run(args) -> iterato
 import argparse
 import importlib
 import json
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SUITES = ("game", "learner", "pipeline")
 

@@ -18,12 +18,9 @@ malformed seed list...) print `error: ...` and exit 2.
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from trackmania_rl import evaluation  # noqa: E402
-from trackmania_rl.games.base import GameCrashed  # noqa: E402
+from trackmania_rl.evaluation import evaluate as evaluation
+from trackmania_rl.games.base import GameCrashed
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,11 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from trackmania_rl.checkpoint import CheckpointError  # noqa: E402
-from trackmania_rl.config_loader import ConfigError  # noqa: E402
-from trackmania_rl.multiprocess.train_loop import TrainOptions, run_training  # noqa: E402
+from trackmania_rl.config.loader import ConfigError
+from trackmania_rl.learner.checkpoint import CheckpointError
+from trackmania_rl.learner.train_loop import TrainOptions, run_training
 
 
 def parse_args(argv=None) -> TrainOptions:

@@ -14,12 +14,10 @@ and size. The config is chosen as in scripts/evaluate.py. Bad arguments print `e
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from trackmania_rl import evaluation, race_video  # noqa: E402
-from trackmania_rl.games.base import GameCrashed  # noqa: E402
+from trackmania_rl.evaluation import evaluate as evaluation
+from trackmania_rl.evaluation import video as race_video
+from trackmania_rl.games.base import GameCrashed
 
 DEFAULT_HEIGHT = {".gif": 240, ".mp4": 400}
 

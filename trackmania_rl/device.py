@@ -9,7 +9,7 @@ import torch
 
 
 def choose_device(setting: str = "auto") -> torch.device:
-    """"auto" -> the first CUDA GPU when torch sees one, else the CPU; "cpu"; "cuda" or "cuda:i".
+    """ "auto" -> the first CUDA GPU when torch sees one, else the CPU; "cpu"; "cuda" or "cuda:i".
 
     Raises ValueError for a device this machine does not have (instead of failing later, mid-run).
     """

@@ -36,13 +36,15 @@ import numpy as np
 import torch.multiprocessing as torch_mp
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
-from trackmania_rl.agents.inference import acting_torch_settings
+from trackmania_rl.agents.acting import acting_torch_settings
 from trackmania_rl.agents.iqn import make_network
-from trackmania_rl.config_loader import default_config
+from trackmania_rl.agents.policy import CollectorPolicy
+from trackmania_rl.config.loader import default_config
 from trackmania_rl.games.base import MapSpec
-from trackmania_rl.games.car_racing import CarRacingEnv, CarRacingGameInstance, centerline_follower, frame_render_size
-from trackmania_rl.policy import CollectorPolicy
-from trackmania_rl.shared_network import SharedNetwork
+from trackmania_rl.games.car_racing.driver import centerline_follower
+from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size
+from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
+from trackmania_rl.rollouts.local.shared_network import SharedNetwork
 
 SEEDS = (0, 1, 2, 3)
 STAGES = ("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network", "bookkeeping")
@@ -243,9 +245,7 @@ def run(args):
         yield {"figure": f"game.bare_ns_per_action.{stage}", "value": round(statistics.median(bare_stage_ns[stage])), "unit": "ns/action"}
     # the game's own stages run slower inside a rollout than alone: the collector's work between them
     # (above all the network's weights) pushes the game's code and data out of the CPU caches
-    paired = [
-        sum(stage_ns[s][rep] for s in GAME_STAGES) / sum(bare_stage_ns[s][rep] for s in GAME_STAGES) for rep in range(repetitions)
-    ]
+    paired = [sum(stage_ns[s][rep] for s in GAME_STAGES) / sum(bare_stage_ns[s][rep] for s in GAME_STAGES) for rep in range(repetitions)]
     yield {
         "figure": "game.game_stages_slowdown_in_rollout",
         "value": round(statistics.median(paired), 4),
@@ -261,6 +261,7 @@ def _render_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
     the road with CarRacing's own `_render_road` (its per-polygon on-screen test); `game.render_speedup`:
     their ratio. Both envs play the same random actions side by side, renders alternated, and every pair
     of frames is checked equal."""
+
     class GymnasiumRoad(CarRacingEnv):
         _render_road = gym_car_racing.CarRacing._render_road
 
@@ -310,7 +311,10 @@ def _decision_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
             shared = make_network(cfg, layout, len(cfg.inputs), "cpu")
             policy = CollectorPolicy(cfg, layout, len(cfg.inputs), SharedNetwork(shared, torch_mp.get_context("spawn")))
             inferer = policy.inferer
-            paths = {"acting": lambda f, s: inferer.get_exploration_action(f, s)[3], "forward": lambda f, s: inferer.infer_network(f, s).mean(axis=0)}
+            paths = {
+                "acting": lambda f, s: inferer.get_exploration_action(f, s)[3],
+                "forward": lambda f, s: inferer.infer_network(f, s).mean(axis=0),
+            }
             for seed in range(n_seeds):
                 game.env.reset(seed=seed)
                 for k in range(actions_per_seed):
@@ -329,5 +333,17 @@ def _decision_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
         game.close()
     median_us = {name: statistics.median(values) / 1e3 for name, values in times.items()}
     common = {"decisions": len(times["acting"]), "iqn_k": cfg.iqn_k, "threads": 1}
-    yield {"figure": "game.decision_us_after_render", "value": round(median_us["acting"], 1), "unit": "us", "path": "acting program (MeanQAtFixedTaus)", **common}
-    yield {"figure": "game.decision_us_after_render_forward", "value": round(median_us["forward"], 1), "unit": "us", "path": "torch.jit.script forward", **common}
+    yield {
+        "figure": "game.decision_us_after_render",
+        "value": round(median_us["acting"], 1),
+        "unit": "us",
+        "path": "acting program (MeanQAtFixedTaus)",
+        **common,
+    }
+    yield {
+        "figure": "game.decision_us_after_render_forward",
+        "value": round(median_us["forward"], 1),
+        "unit": "us",
+        "path": "torch.jit.script forward",
+        **common,
+    }

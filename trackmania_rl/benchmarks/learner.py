@@ -29,16 +29,19 @@ import time
 
 import numpy as np
 import torch
-
-from trackmania_rl.agents.inference import make_inference_network
-from trackmania_rl.agents.iqn import Inferer, Trainer, make_network, make_optimizer
-from trackmania_rl.config_loader import default_config
-from trackmania_rl.experience import Experience, rollout_to_experience
-from trackmania_rl.float_layout import MINI_RACE_CLOCK
-from trackmania_rl.games.car_racing_inputs import make_float_layout
 from torchrl.data import ListStorage, RandomSampler, ReplayBuffer
 
-from trackmania_rl.replay_buffer import MiniRaceTransform, PrioritizedSampler, TransitionReplayBuffer, draw_mini_race_clock, make_buffer
+from trackmania_rl.agents.acting import make_inference_network
+from trackmania_rl.agents.exploration import Inferer
+from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.agents.training import Trainer, make_optimizer
+from trackmania_rl.config.loader import default_config
+from trackmania_rl.games.car_racing.floats import make_float_layout
+from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
+from trackmania_rl.replay.buffers import TransitionReplayBuffer, make_buffer
+from trackmania_rl.replay.experience import Experience, rollout_to_experience
+from trackmania_rl.replay.mini_race import MiniRaceTransform, draw_mini_race_clock
+from trackmania_rl.replay.samplers import PrioritizedSampler
 
 BATCH_SIZE = 512
 ROLLOUT_STATES = 400
@@ -114,7 +117,9 @@ def to_list_storage(exp: Experience) -> list:
 def list_baseline_collate(batch: list, rng: np.random.Generator, cfg, clock_index: int) -> dict:
     batch_size = len(batch)
     fields = {name: np.stack([getattr(e, name) for e in batch]) for name in ListExperience.__slots__}
-    t = draw_mini_race_clock(rng, batch_size, cfg.temporal_mini_race_duration_actions, cfg.oversample_long_term_steps, cfg.oversample_maximum_term_steps)
+    t = draw_mini_race_clock(
+        rng, batch_size, cfg.temporal_mini_race_duration_actions, cfg.oversample_long_term_steps, cfg.oversample_maximum_term_steps
+    )
     n = fields["n_steps"]
     horizon = cfg.temporal_mini_race_duration_actions
     m = n - np.maximum(0, t + n - horizon)
@@ -150,7 +155,12 @@ def run(args):
     n_actions = len(cfg.inputs)
     capacity = cfg.memory_size_schedule[0][1][0]  # the first capacity of the schedule, quick or not
     sample_reps, train_reps, inference_reps = (80, 4, 100) if quick else (300, 15, 500)
-    common = {"batch_size": BATCH_SIZE, "frame": [1, cfg.H_downsized, cfg.W_downsized], "float_dim": layout.dim, "threads": torch.get_num_threads()}
+    common = {
+        "batch_size": BATCH_SIZE,
+        "frame": [1, cfg.H_downsized, cfg.W_downsized],
+        "float_dim": layout.dim,
+        "threads": torch.get_num_threads(),
+    }
 
     rng = np.random.default_rng(0)
     buffer = make_buffer(cfg, layout, capacity, batch_size=BATCH_SIZE, prioritized=False, rng=np.random.default_rng(1))
@@ -179,11 +189,19 @@ def run(args):
         theirs.append(_timed(list_buffer.sample))
     yield {"figure": "learner.sample_ms", "value": _ms(ours), "unit": "ms", "capacity": capacity, **common}
     yield {"figure": "learner.sample_ms_list_baseline", "value": _ms(theirs), "unit": "ms", "capacity": capacity, **common}
-    yield {"figure": "learner.sample_speedup", "value": round(statistics.median(theirs) / statistics.median(ours), 2), "unit": "x", "target": ">= 5"}
+    yield {
+        "figure": "learner.sample_speedup",
+        "value": round(statistics.median(theirs) / statistics.median(ours), 2),
+        "unit": "x",
+        "target": ">= 5",
+    }
 
     prioritized_sampler = PrioritizedSampler(buffer.storage, 0.6, 0.4, 1e-3, rng=np.random.default_rng(3))
     prioritized = TransitionReplayBuffer(
-        storage=buffer.storage, sampler=prioritized_sampler, transform=MiniRaceTransform(cfg, layout, rng=np.random.default_rng(4)), batch_size=BATCH_SIZE
+        storage=buffer.storage,
+        sampler=prioritized_sampler,
+        transform=MiniRaceTransform(cfg, layout, rng=np.random.default_rng(4)),
+        batch_size=BATCH_SIZE,
     )
     slots = torch.from_numpy(buffer.storage.physical_order())
     prioritized_sampler.extend(slots)
@@ -216,7 +234,12 @@ def run(args):
         full.append(_timed(lambda: trainer.train_on_batch(buffer, True)))
     yield {"figure": "learner.train_step_ms_bare", "value": _ms(bare), "unit": "ms", "iqn_n": cfg.iqn_n, "use_ddqn": cfg.use_ddqn, **common}
     yield {"figure": "learner.train_step_ms_full", "value": _ms(full), "unit": "ms", **common}
-    yield {"figure": "learner.overhead_ratio", "value": round(statistics.median(full) / statistics.median(bare), 3), "unit": "x", "target": "<= 1.10"}
+    yield {
+        "figure": "learner.overhead_ratio",
+        "value": round(statistics.median(full) / statistics.median(bare), 3),
+        "unit": "x",
+        "target": "<= 1.10",
+    }
 
     # inference, batch 1, warm: a collector's decision (the acting program) and the TorchScript forward it
     # replaces (quantiles at the same fractions, then their mean), alternated
@@ -226,7 +249,10 @@ def run(args):
     collector_net.load_state_dict_from(online)
     policy = Inferer(collector_net, cfg, n_actions, rng=np.random.default_rng(6))
     policy.set_exploration(0.03, 0.1)
-    contenders = {"acting": lambda: policy.get_exploration_action(frame, floats), "forward": lambda: policy.infer_network(frame, floats).mean(axis=0)}
+    contenders = {
+        "acting": lambda: policy.get_exploration_action(frame, floats),
+        "forward": lambda: policy.infer_network(frame, floats).mean(axis=0),
+    }
     for run in contenders.values():
         for _ in range(20):
             run()
@@ -234,5 +260,19 @@ def run(args):
     for _ in range(inference_reps):
         for name, run in contenders.items():
             times[name].append(_timed(run))
-    yield {"figure": "learner.inference_ms_p50", "value": _ms(times["acting"]), "unit": "ms", "path": "acting program (MeanQAtFixedTaus)", "iqn_k": cfg.iqn_k, "threads": torch.get_num_threads()}
-    yield {"figure": "learner.inference_ms_p50_forward", "value": _ms(times["forward"]), "unit": "ms", "path": "torch.jit.script forward", "iqn_k": cfg.iqn_k, "threads": torch.get_num_threads()}
+    yield {
+        "figure": "learner.inference_ms_p50",
+        "value": _ms(times["acting"]),
+        "unit": "ms",
+        "path": "acting program (MeanQAtFixedTaus)",
+        "iqn_k": cfg.iqn_k,
+        "threads": torch.get_num_threads(),
+    }
+    yield {
+        "figure": "learner.inference_ms_p50_forward",
+        "value": _ms(times["forward"]),
+        "unit": "ms",
+        "path": "torch.jit.script forward",
+        "iqn_k": cfg.iqn_k,
+        "threads": torch.get_num_threads(),
+    }

@@ -19,12 +19,13 @@ import torch
 import torch.multiprocessing as torch_mp
 
 from trackmania_rl.agents.iqn import make_network
-from trackmania_rl.config_loader import CONFIG_DIR, LiveConfig
+from trackmania_rl.config.live import LiveConfig
+from trackmania_rl.config.loader import CONFIG_DIR
 from trackmania_rl.games import float_layout_for
-from trackmania_rl.multiprocess.collector_pool import CollectorPool
-from trackmania_rl.multiprocess.collector_process import collector_main
-from trackmania_rl.multiprocess.learner import Learner
-from trackmania_rl.shared_network import SharedNetwork
+from trackmania_rl.learner.learner import Learner
+from trackmania_rl.rollouts.local.collector import collector_main
+from trackmania_rl.rollouts.local.pool import CollectorPool
+from trackmania_rl.rollouts.local.shared_network import SharedNetwork
 
 WARMUP_ROLLOUTS = 1  # per collector: the first race pays for imports and TorchScript compilation
 
@@ -32,7 +33,12 @@ WARMUP_ROLLOUTS = 1  # per collector: the first race pays for imports and TorchS
 def _start_pool(ctx, config_path: Path, shared, count: int) -> CollectorPool:
     frames_played = ctx.Value("q", 0, lock=False)
     pool = CollectorPool(
-        ctx, collector_main, args=(str(config_path), "carracing", count, shared, frames_played), count=count, queue_size=1, log=lambda m: None
+        ctx,
+        collector_main,
+        args=(str(config_path), "carracing", count, shared, frames_played),
+        count=count,
+        queue_size=1,
+        log=lambda m: None,
     )
     pool.start()
     return pool

@@ -10,7 +10,7 @@ __all__ = ["GameCrashed", "GameInstance", "MapSpec", "float_layout_for", "make_g
 def make_game_instance(cfg, game_backend: str | None = None) -> GameInstance:
     """A game instance for `game_backend` (default: the backend the config was built for)."""
     if _checked_backend(cfg, game_backend) == "carracing":
-        from trackmania_rl.games.car_racing import CarRacingGameInstance
+        from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 
         return CarRacingGameInstance(cfg)
 
@@ -18,7 +18,7 @@ def make_game_instance(cfg, game_backend: str | None = None) -> GameInstance:
 def float_layout_for(cfg, game_backend: str | None = None):
     """The float-input layout of a backend, without starting the game (the learner needs only this)."""
     if _checked_backend(cfg, game_backend) == "carracing":
-        from trackmania_rl.games.car_racing_inputs import make_float_layout
+        from trackmania_rl.games.car_racing.floats import make_float_layout
 
         return make_float_layout(cfg)
 

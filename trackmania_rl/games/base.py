@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from trackmania_rl.float_layout import FloatLayout
+from trackmania_rl.games.float_layout import FloatLayout
 
 # exploration_policy(frame uint8 (1, H, W), state_float float32 (D,)) -> (action, action_was_greedy, value, q_values)
 ExplorationPolicy = Callable[[np.ndarray, np.ndarray], tuple]

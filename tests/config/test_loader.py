@@ -1,0 +1,74 @@
+import shutil
+
+import pytest
+
+from trackmania_rl.config.live import LiveConfig
+from trackmania_rl.config.loader import CONFIG_DIR, ConfigError, load_config
+
+
+def test_default_config_loads_with_derived_values(cfg):
+    assert cfg.ms_per_action == cfg.physics_steps_per_action * 20
+    assert cfg.temporal_mini_race_duration_actions == cfg.temporal_mini_race_duration_ms // cfg.ms_per_action
+    assert len(cfg.inputs) == 12 and all(set(a) == {"accelerate", "brake", "left", "right"} for a in cfg.inputs)
+
+
+@pytest.mark.parametrize(
+    "setting, value, fragment",
+    [
+        ("batch_size", 0, "`batch_size`"),
+        ("iqn_n", 7, "`iqn_n`"),
+        ("gamma_schedule", [(10, 0.99)], "`gamma_schedule`"),
+        ("lr_schedule", [(0, 1e-3), (10, 0.0)], "`lr_schedule`"),
+        ("memory_size_schedule", [(0, (100, 10)), (5, (50, 10))], "`memory_size_schedule`"),
+        ("map_cycle", [("a", -1, True, True)], "`map_cycle`"),
+        ("n_steps", 1000, "`n_steps`"),
+    ],
+)
+def test_invalid_settings_are_named(cfg, setting, value, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        cfg.replace(**{setting: value})
+
+
+def test_unknown_setting_is_refused(cfg):
+    with pytest.raises(ConfigError, match="batchsize"):
+        cfg.replace(batchsize=3)
+
+
+def test_file_that_does_not_parse_names_the_file_and_line(tmp_path):
+    path = tmp_path / "config.py"
+    path.write_text("batch_size = (\n")
+    with pytest.raises(ConfigError, match=r"config.py does not parse: line"):
+        load_config(path, game_backend="carracing")
+
+
+def _write_edit(path, old, new):
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def test_live_config_applies_valid_edits_refuses_invalid_and_holds_back_restart_settings(tmp_path):
+    path = tmp_path / "config_copy.py"
+    shutil.copy(CONFIG_DIR / "config.py", path)
+    messages = []
+    live = LiveConfig(path, log=messages.append)
+    before = live.current
+
+    _write_edit(path, "tau_epsilon_boltzmann = 0.01", "tau_epsilon_boltzmann = 0.02")
+    assert live.reload()
+    assert live.current.tau_epsilon_boltzmann == 0.02
+
+    _write_edit(path, "tau_epsilon_boltzmann = 0.02", "tau_epsilon_boltzmann = 'x'")
+    assert not live.reload()
+    assert live.current.tau_epsilon_boltzmann == 0.02
+    assert any("refused" in m and "tau_epsilon_boltzmann" in m for m in messages)
+
+    _write_edit(path, "tau_epsilon_boltzmann = 'x'", "tau_epsilon_boltzmann = (")
+    assert not live.reload()
+    assert any("does not parse" in m for m in messages)
+
+    _write_edit(path, "tau_epsilon_boltzmann = (", f"tau_epsilon_boltzmann = 0.03\nbatch_size = {before.batch_size * 2}")
+    assert live.reload()
+    assert live.current.tau_epsilon_boltzmann == 0.03
+    assert live.current.batch_size == before.batch_size
+    assert any("`batch_size`" in m and "needs a restart" in m for m in messages)

@@ -1,0 +1,322 @@
+"""Greedy evaluation (trackmania_rl/evaluation.py, scripts/evaluate.py) and race videos (scripts/watch.py),
+on the real game with a real (tiny, untrained) network whose weights are saved to a temporary run folder.
+The scripts run as subprocesses, as a user would run them."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from trackmania_rl.agents.iqn import make_network, save_network
+from trackmania_rl.config.loader import default_config
+from trackmania_rl.evaluation import evaluate as evaluation
+from trackmania_rl.evaluation import video as race_video
+from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.checkpoint import CHECKPOINT, COMPLETE_MARKER
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EVALUATE = REPO_ROOT / "scripts" / "evaluate.py"
+WATCH = REPO_ROOT / "scripts" / "watch.py"
+SEEDS = "0-2,5"
+SEED_LIST = [0, 1, 2, 5]
+RACE_KEYS = {"kind", "seed", "finished", "race_time_s", "native_score", "progress_fraction", "end_reason", "n_actions", "game_time_s"}
+SUMMARY_KEYS = {
+    "kind",
+    "races",
+    "finished",
+    "finished_fraction",
+    "mean_native_score",
+    "mean_race_time_s",
+    "mean_progress_fraction",
+    "seeds",
+}
+# small network, races of at most 2.5 s of game time (the no-progress cutoff usually ends them sooner)
+TINY = dict(
+    conv_layers=[(4, 8, 4), (8, 4, 2)],
+    float_hidden_dim=16,
+    dense_hidden_dimension=16,
+    iqn_embedding_dimension=8,
+    iqn_k=4,
+    iqn_n=4,
+    use_jit=False,
+    cutoff_rollout_if_race_not_finished_within_duration_ms=2_500,
+)
+
+
+def write_config(cfg, path: Path) -> None:
+    """A config file with the settings of `cfg` (all reprs of plain values and ranges)."""
+    path.write_text("".join(f"{name} = {value!r}\n" for name, value in cfg.settings().items()))
+
+
+def save_random_weights(cfg, path: Path, seed: int) -> None:
+    torch.manual_seed(seed)
+    save_network(make_network(cfg, float_layout_for(cfg), len(cfg.inputs)), path)
+
+
+def run_script(script: Path, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script), *map(str, args)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def json_lines(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def tiny_cfg():
+    return default_config(**TINY)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_cfg):
+    """save/<run>-like folder: checkpoint/ with weights_online.torch, config_copy.py and the COMPLETE marker."""
+    run = tmp_path_factory.mktemp("evaluation") / "tiny_run"
+    folder = run / CHECKPOINT
+    folder.mkdir(parents=True)
+    save_random_weights(tiny_cfg, folder / evaluation.WEIGHTS_FILE, seed=0)
+    write_config(tiny_cfg, folder / evaluation.CONFIG_COPY_FILE)
+    (folder / COMPLETE_MARKER).write_text("ok\n")
+    return run
+
+
+@pytest.fixture(scope="module")
+def weights(run_dir):
+    return run_dir / CHECKPOINT / evaluation.WEIGHTS_FILE
+
+
+@pytest.fixture(scope="module")
+def evaluated(weights):
+    """scripts/evaluate.py --weights on SEEDS: (completed process, JSON objects)."""
+    result = run_script(EVALUATE, "--weights", weights, "--seeds", SEEDS)
+    assert result.returncode == 0, result.stderr
+    return result, json_lines(result.stdout)
+
+
+# ------------------------------------------------------------------------------------------------
+# Seeds and summaries (no game)
+# ------------------------------------------------------------------------------------------------
+def test_parse_seeds_reads_ranges_and_lists():
+    assert evaluation.parse_seeds("0-9,20,30-31") == list(range(10)) + [20, 30, 31]
+    assert evaluation.parse_seeds(" 7 ") == [7]
+    assert evaluation.parse_seeds("4-4, 2") == [4, 2]  # order kept
+
+
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        ("5-2", "5-2"),
+        ("x", "'x'"),
+        ("", "empty"),
+        ("1,,2", "''"),
+        ("-3", "'-3'"),
+        ("1-", "'1-'"),
+        ("1.5", "'1.5'"),
+        ("0-2,2", "seed 2"),
+        ("3-x", "'3-x'"),
+    ],
+)
+def test_parse_seeds_rejects_malformed_lists(text, named):
+    with pytest.raises(evaluation.EvaluationError) as error:
+        evaluation.parse_seeds(text)
+    assert named in str(error.value)
+
+
+def test_summary_of_finished_and_unfinished_races():
+    records = [
+        {"seed": 0, "finished": True, "race_time_s": 30.0, "native_score": 900.0, "progress_fraction": 1.0},
+        {"seed": 1, "finished": False, "race_time_s": None, "native_score": 100.0, "progress_fraction": 0.25},
+        {"seed": 2, "finished": True, "race_time_s": 40.0, "native_score": 800.0, "progress_fraction": 1.0},
+        {"seed": 3, "finished": False, "race_time_s": None, "native_score": -50.0, "progress_fraction": 0.05},
+    ]
+    summary = evaluation.summarise(records)
+    assert summary["races"] == 4 and summary["finished"] == 2
+    assert summary["finished_fraction"] == 0.5
+    assert summary["mean_native_score"] == pytest.approx(437.5)
+    assert summary["mean_race_time_s"] == pytest.approx(35.0)  # finished races only
+    assert summary["mean_progress_fraction"] == pytest.approx(0.575)
+    assert evaluation.summarise(records[1::2])["mean_race_time_s"] is None
+
+
+# ------------------------------------------------------------------------------------------------
+# scripts/evaluate.py
+# ------------------------------------------------------------------------------------------------
+def test_evaluate_prints_one_line_per_race_and_a_consistent_summary(evaluated, weights, tiny_cfg):
+    result, objects = evaluated
+    races, summary = objects[:-1], objects[-1]
+    assert [r["kind"] for r in races] == ["race"] * len(SEED_LIST)
+    assert [r["seed"] for r in races] == SEED_LIST
+    for race in races:
+        assert set(race) == RACE_KEYS
+        assert isinstance(race["finished"], bool)
+        assert race["end_reason"] in ("finished", "left_playfield", "overall", "no_progress")
+        assert (race["race_time_s"] is None) == (not race["finished"])
+        assert 0.0 <= race["progress_fraction"] <= 1.0
+        assert race["n_actions"] > 0
+        assert race["game_time_s"] == pytest.approx(race["n_actions"] * tiny_cfg.ms_per_action / 1000, abs=0.1)
+        # the overall cutoff of the config found beside the weights (2.5 s) was applied
+        assert race["game_time_s"] <= 2.5 + tiny_cfg.ms_per_action / 1000
+    assert summary["kind"] == "summary"
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary["races"] == len(races) == len(SEED_LIST)
+    assert summary["seeds"] == SEED_LIST
+    assert summary["finished"] == sum(r["finished"] for r in races)
+    assert summary["finished_fraction"] == pytest.approx(np.mean([r["finished"] for r in races]))
+    assert summary["mean_native_score"] == pytest.approx(np.mean([r["native_score"] for r in races]))
+    assert summary["mean_progress_fraction"] == pytest.approx(np.mean([r["progress_fraction"] for r in races]))
+    finished_times = [r["race_time_s"] for r in races if r["finished"]]
+    assert summary["mean_race_time_s"] == (pytest.approx(np.mean(finished_times)) if finished_times else None)
+    # the config used is the run's config copy beside the weights
+    assert Path(summary["config"]) == weights.parent / evaluation.CONFIG_COPY_FILE
+    assert summary["max_race_seconds"] == 2.5
+    assert "config_copy.py" in result.stderr
+
+
+def test_greedy_evaluation_is_deterministic(evaluated, run_dir):
+    _, objects = evaluated
+    first = objects[:-1]
+    # the same seeds again, in another process, through the run folder
+    again = run_script(EVALUATE, "--run", run_dir, "--seeds", SEEDS)
+    assert again.returncode == 0, again.stderr
+    assert json_lines(again.stdout)[:-1] == first
+    # and in this process, through the library the scripts use
+    policy = evaluation.open_policy(run=run_dir)
+    assert not policy.network.training and not policy.inferer.is_explo
+    game = evaluation.make_eval_game(policy)
+    try:
+        assert list(evaluation.evaluate_seeds(game, policy, SEED_LIST)) == first
+    finally:
+        game.close()
+
+
+def test_max_race_seconds_overrides_the_cutoff(weights):
+    config = weights.parent / evaluation.CONFIG_COPY_FILE
+    assert evaluation.load_eval_config(config).cutoff_rollout_if_race_not_finished_within_duration_ms == 2_500
+    assert evaluation.load_eval_config(config, 0.5).cutoff_rollout_if_race_not_finished_within_duration_ms == 500
+    for bad in (0, -3, float("nan"), 0.01):
+        with pytest.raises(evaluation.EvaluationError, match="--max-race-seconds"):
+            evaluation.load_eval_config(config, bad)
+
+
+def test_checkpoint_resolution(run_dir, weights, tmp_path):
+    config_copy = weights.parent / evaluation.CONFIG_COPY_FILE
+    for source in ({"run": run_dir}, {"run": weights.parent}, {"weights": weights}):
+        paths = evaluation.resolve_checkpoint(**source)
+        assert (paths.weights, paths.config, paths.config_is_default) == (weights, config_copy, False)
+    # weights without a config beside them: the repository's config, unless --config
+    lone = tmp_path / "w.torch"
+    lone.write_bytes(weights.read_bytes())
+    assert evaluation.resolve_checkpoint(weights=lone).config == evaluation.DEFAULT_CONFIG
+    assert evaluation.resolve_checkpoint(weights=lone, config=config_copy).config == config_copy
+    for source, named in (
+        ({"run": tmp_path / "none"}, "no such folder"),
+        ({"run": tmp_path}, "no complete checkpoint"),
+        ({"run": lone}, "not a folder"),
+        ({"weights": run_dir}, "is a folder"),
+        ({"weights": lone, "config": tmp_path / "none.py"}, "none.py: no such file"),
+        ({}, "exactly one"),
+    ):
+        with pytest.raises(evaluation.EvaluationError, match=named):
+            evaluation.resolve_checkpoint(**source)
+
+
+@pytest.fixture(scope="module")
+def other_weights(tmp_path_factory, tiny_cfg):
+    """Weights of a network with another conv head (no config beside them)."""
+    path = tmp_path_factory.mktemp("other") / "weights.torch"
+    save_random_weights(tiny_cfg.replace(conv_layers=[(2, 8, 4)]), path, seed=1)
+    return path
+
+
+@pytest.mark.parametrize(
+    "case, args, named",
+    [
+        ("descending seed range", ["--weights", "{weights}", "--seeds", "5-2"], "5-2"),
+        ("missing weights", ["--weights", "{tmp}/missing.torch", "--seeds", "0"], "missing.torch: no such file"),
+        ("mismatched weights", ["--weights", "{other}", "--config", "{config}", "--seeds", "0"], "does not match"),
+    ],
+)
+def test_evaluate_rejects_bad_arguments_with_exit_code_2(case, args, named, weights, other_weights, tmp_path):
+    values = {"weights": weights, "tmp": tmp_path, "other": other_weights, "config": weights.parent / evaluation.CONFIG_COPY_FILE}
+    result = run_script(EVALUATE, *[a.format(**values) for a in args])
+    assert result.returncode == 2, (case, result.stdout, result.stderr)
+    assert named in result.stderr, (case, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_mismatched_weights_name_the_entries(other_weights, weights):
+    cfg = evaluation.load_eval_config(weights.parent / evaluation.CONFIG_COPY_FILE)
+    paths = evaluation.CheckpointPaths(other_weights, weights.parent / evaluation.CONFIG_COPY_FILE, False)
+    with pytest.raises(evaluation.EvaluationError) as error:
+        evaluation.load_policy(paths, cfg)
+    message = str(error.value)
+    assert str(other_weights) in message and "img_head.0.weight (2, 1, 8, 8) vs (4, 1, 8, 8)" in message
+    assert "missing entries: img_head.2.bias" in message
+
+
+# ------------------------------------------------------------------------------------------------
+# scripts/watch.py
+# ------------------------------------------------------------------------------------------------
+def test_watch_writes_a_gif_with_one_frame_per_decision(weights, tiny_cfg, tmp_path):
+    import imageio.v3 as iio
+
+    out = tmp_path / "race.gif"
+    height = 96
+    result = run_script(WATCH, "--weights", weights, "--seed", 1, "--out", out, "--height", height, "--max-race-seconds", 1.5)
+    assert result.returncode == 0, result.stderr
+    (record,) = json_lines(result.stdout)
+    frames = iio.imread(out, index=None)  # (n, H, W, 3)
+    layout = race_video.panel_layout(tiny_cfg, height)
+    # side by side: 600x400 game view scaled to 96 high, the 64x64 network frame upscaled, the Q panel
+    assert (layout.view_width, layout.network_width) == (144, 96)
+    assert frames.shape == (record["n_actions"], height, layout.width, 3)
+    assert record["frames"] == record["n_actions"] and record["width"] == layout.width == frames.shape[2]
+    # the middle panel is the network's grey frame
+    middle = frames[0, height // 2 :, layout.view_width : layout.view_width + layout.network_width].astype(int)
+    assert np.abs(middle[..., 0] - middle[..., 1]).mean() < 4 and np.abs(middle[..., 1] - middle[..., 2]).mean() < 4
+    # rendering the view for the video does not change the race
+    policy = evaluation.open_policy(weights=weights, max_race_seconds=1.5)
+    game = evaluation.make_eval_game(policy)
+    try:
+        expected = evaluation.play_race(game, policy, 1)
+    finally:
+        game.close()
+    assert {k: record[k] for k in expected} == expected
+    assert not list(tmp_path.glob(".race.partial*"))  # the temporary file was renamed
+
+
+@pytest.mark.skipif(not race_video.mp4_available(), reason="MP4 needs imageio-ffmpeg")
+def test_watch_writes_an_mp4(weights, tmp_path):
+    import imageio.v2 as imageio
+
+    out = tmp_path / "race.mp4"
+    result = run_script(WATCH, "--run", weights.parent, "--seed", 2, "--out", out, "--height", 100, "--max-race-seconds", 1)
+    assert result.returncode == 0, result.stderr
+    (record,) = json_lines(result.stdout)
+    reader = imageio.get_reader(out)
+    try:
+        assert reader.count_frames() == record["frames"] == record["n_actions"]
+        assert tuple(reader.get_meta_data()["size"]) == (record["width"], record["height"]) == (record["width"], 100)
+    finally:
+        reader.close()
+
+
+def test_video_output_checks(tmp_path):
+    assert race_video.check_output_path(tmp_path / "a.gif") == tmp_path / "a.gif"
+    for path, named in (
+        (tmp_path / "race.avi", ".gif or .mp4"),
+        (tmp_path / "race", "no extension"),
+        (tmp_path / "nowhere" / "race.gif", "does not exist"),
+    ):
+        with pytest.raises(ValueError, match=named):
+            race_video.check_output_path(path)
+
+
+def test_watch_rejects_an_unknown_video_format(weights, tmp_path):
+    result = run_script(WATCH, "--weights", weights, "--seed", 0, "--out", tmp_path / "race.avi")
+    assert result.returncode == 2
+    assert ".avi" in result.stderr and ".gif or .mp4" in result.stderr
+    assert not (tmp_path / "race.avi").exists()

@@ -1,0 +1,92 @@
+"""Small configs and synthetic rollouts for the learner tests (experience, replay buffer, IQN)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trackmania_rl.config.loader import default_config
+from trackmania_rl.games.car_racing import floats as car_floats
+from trackmania_rl.games.car_racing.floats import make_float_layout
+
+MARKER = car_floats.DISTANCE_TO_FINISH  # a float segment used to tag states with their global step number
+
+TINY_NETWORK = dict(
+    H_downsized=16,
+    W_downsized=16,
+    conv_layers=[(4, 4, 2), (8, 3, 2)],
+    float_hidden_dim=16,
+    dense_hidden_dimension=32,
+    iqn_embedding_dimension=8,
+    iqn_n=8,
+    iqn_k=8,
+    batch_size=32,
+)
+
+
+def tiny_config(**overrides):
+    return default_config(**{**TINY_NETWORK, **overrides})
+
+
+def layout_for(cfg):
+    return make_float_layout(cfg)
+
+
+# Module-scoped fixtures shared by the learner tests (imported by name into each test module).
+@pytest.fixture(scope="module")
+def cfg():
+    return tiny_config()
+
+
+@pytest.fixture(scope="module")
+def layout(cfg):
+    return layout_for(cfg)
+
+
+def make_rollout(
+    cfg,
+    layout,
+    n_states: int,
+    finished: bool,
+    *,
+    rng: np.random.Generator | None = None,
+    first_marker: int = 0,
+    progress=None,
+    greedy=None,
+    actions=None,
+    race_time=None,
+    zone_center=None,
+):
+    """A rollout_results dict with F = n_states; state k carries marker first_marker + k (float segment MARKER and
+    frame pixels = marker % 256). A = F - 1 when finished, else F."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+    n_actions = n_states - 1 if finished else n_states
+    frames, floats = [], []
+    marker_slice = layout.slice(MARKER)
+    for k in range(n_states):
+        marker = first_marker + k
+        frames.append(np.full((1, cfg.H_downsized, cfg.W_downsized), marker % 256, dtype=np.uint8))
+        f = np.zeros(layout.dim, dtype=np.float32)
+        f[marker_slice.start] = marker
+        if zone_center is not None:
+            f[layout.slice(car_floats.ZONE_CENTERS_AHEAD)][:2] = zone_center[k]
+        floats.append(f)
+    rollout = {
+        "frames": frames,
+        "state_float": floats,
+        "meters_advanced_along_centerline": list(np.arange(n_states, dtype=float) * 2.0 if progress is None else progress),
+        "current_zone_idx": list(range(n_states)),
+        "car_gear_and_wheels": [np.zeros(4, np.float32)] * n_states,
+        "actions": list(rng.integers(0, len(cfg.inputs), n_actions) if actions is None else actions),
+        "action_was_greedy": [True] * n_actions if greedy is None else list(greedy),
+        "q_values": [np.zeros(len(cfg.inputs), np.float32)] * n_actions,
+        "input_w": [True] * n_actions,
+        "furthest_zone_idx": n_states - 1,
+    }
+    if finished:
+        rollout["race_time"] = race_time if race_time is not None else (n_states - 2) * cfg.ms_per_action + cfg.ms_per_action // 2
+    return rollout
+
+
+def markers(layout, state_float) -> np.ndarray:
+    return np.asarray(state_float)[..., layout.slice(MARKER).start].astype(np.int64)

@@ -1,0 +1,160 @@
+"""The learner in-process: ingesting (and refusing) rollouts, replay-ratio training, publication, growth,
+save and resume. Real buffers, real networks, a real shared network; rollouts are built by hand."""
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as torch_mp
+
+from tests.helpers import TINY_NETWORK, make_rollout
+from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.config.live import LiveConfig
+from trackmania_rl.config.loader import CONFIG_DIR
+from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.learner import Learner
+from trackmania_rl.rollouts.local.shared_network import SharedNetwork
+
+OVERRIDES = dict(
+    TINY_NETWORK,
+    memory_size_schedule=[(0, (400, 50)), (300, (800, 50))],
+    number_times_single_memory_is_used_before_discard=2,
+    send_shared_network_every_n_batches=2,
+    number_memories_trained_on_between_target_network_updates=64,
+)
+META = {
+    "collector": 0,
+    "map_name": "train",
+    "seed": 1,
+    "map_status": "trained",
+    "is_explo": True,
+    "fill_buffer": True,
+    "rollout_duration_s": 1.0,
+}
+
+
+def _config_file(tmp_path):
+    lines = [f"{k} = {v!r}" for k, v in OVERRIDES.items()]
+    path = tmp_path / "config_copy.py"
+    path.write_text((CONFIG_DIR / "config.py").read_text() + "\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def _learner(tmp_path, shared=None, resume=True):
+    messages = []
+    live = LiveConfig(_config_file(tmp_path), log=messages.append)
+    layout = float_layout_for(live.current)
+    learner = Learner(live, layout, torch.device("cpu"), tmp_path / "run", shared_network=shared, log=messages.append, resume=resume)
+    return learner, messages
+
+
+def _race(learner, n_states=60, finished=False, seed=0):
+    rollout = make_rollout(learner.cfg, learner.layout, n_states, finished, rng=np.random.default_rng(seed))
+    end_race_stats = {
+        "race_finished": finished,
+        "race_time": 1000,
+        "native_score": 1.0,
+        "progress_fraction": 0.5,
+        "race_time_for_ratio": 1000,
+    }
+    return rollout, end_race_stats
+
+
+def test_ingest_stores_transitions_and_counts(tmp_path):
+    learner, _ = _learner(tmp_path)
+    info = learner.ingest(*_race(learner, 60), META)
+    assert info["n_train"] + info["n_test"] == 59  # a cut-off race of 60 states: transitions for 0..58
+    assert len(learner.buffer) == info["n_train"] and len(learner.buffer_test) == info["n_test"]
+    assert learner.stats.frames_played == 60 and learner.stats.races == 1
+    assert learner.stats.single_memories_should_have_been_used == 2 * info["n_train"]
+    # a blind race counts as played but stores nothing
+    learner.ingest(*_race(learner, 30), {**META, "fill_buffer": False, "map_status": "blind"})
+    assert learner.stats.frames_played == 90 and len(learner.buffer) == info["n_train"]
+
+
+@pytest.mark.parametrize(
+    "corrupt, fragment",
+    [
+        (lambda r: r["state_float"][5].__setitem__(3, np.nan), "state_float[5]"),
+        (lambda r: r["frames"].__setitem__(2, np.zeros((1, 8, 8), np.uint8)), "frames[2]"),
+        (lambda r: r["actions"].pop(), "actions"),
+        (lambda r: r["actions"].__setitem__(0, 99), "actions"),
+    ],
+)
+def test_broken_rollout_is_refused_and_nothing_is_stored(tmp_path, corrupt, fragment):
+    learner, messages = _learner(tmp_path)
+    learner.ingest(*_race(learner, 40, seed=1), META)
+    before = (len(learner.buffer), len(learner.buffer_test), learner.stats.frames_played)
+    rollout, stats = _race(learner, 40, seed=2)
+    corrupt(rollout)
+    info = learner.ingest(rollout, stats, META)
+    assert "rejected" in info and fragment in info["rejected"]
+    assert (len(learner.buffer), len(learner.buffer_test), learner.stats.frames_played) == before
+    assert learner.stats.rollouts_rejected == 1
+    assert any("refused" in m and fragment in m for m in messages)
+
+
+def test_training_follows_the_replay_ratio_and_publishes(tmp_path):
+    ctx = torch_mp.get_context("spawn")
+    layout_cfg = LiveConfig(_config_file(tmp_path)).current
+    shared = SharedNetwork(make_network(layout_cfg, float_layout_for(layout_cfg), len(layout_cfg.inputs)), ctx)
+    learner, _ = _learner(tmp_path, shared=shared)
+    assert shared.version == 1  # the start publishes once
+    assert not learner.can_train()
+    for seed in range(3):
+        learner.ingest(*_race(learner, 60, seed=seed), META)
+    credit = learner.stats.single_memories_should_have_been_used
+    batches = learner.train(max_seconds=60)
+    batch_size = learner.cfg.batch_size
+    assert batches == int(credit // batch_size) and not learner.can_train()
+    assert learner.stats.single_memories_used == batches * batch_size
+    # one soft update each time the memories used cross 0, 64, 128, ...
+    assert learner.stats.target_network_updates == learner.stats.single_memories_used // 64 + 1
+    assert shared.version == 1 + batches // 2 == learner.stats.policy_version
+    published = shared.network.state_dict()
+    for name, tensor in learner.online.state_dict().items():
+        if batches % 2 == 0:
+            assert torch.equal(published[name], tensor), name
+
+
+def test_buffer_grows_with_the_schedule_keeping_content(tmp_path):
+    learner, messages = _learner(tmp_path)
+    for seed in range(5):
+        learner.ingest(*_race(learner, 60, seed=seed), META)
+    assert learner.buffer.capacity == 400
+    kept = learner.buffer.storage.to_experience().frames.copy()
+    learner.apply_config()  # 300 frames played: the schedule asks for 800
+    assert learner.buffer.capacity == 800
+    assert np.array_equal(learner.buffer.storage.to_experience().frames, kept)
+    assert any("grows to 800" in m for m in messages)
+
+
+def test_save_and_resume_continue_everything(tmp_path):
+    learner, _ = _learner(tmp_path)
+    for seed in range(4):
+        learner.ingest(*_race(learner, 60, seed=seed), META)
+    learner.train(max_seconds=60)
+    learner.save()
+    resumed, messages = _learner(tmp_path)
+    assert resumed.stats == learner.stats
+    for name, tensor in learner.online.state_dict().items():
+        assert torch.equal(resumed.online.state_dict()[name], tensor), name
+    for name, tensor in learner.target.state_dict().items():
+        assert torch.equal(resumed.target.state_dict()[name], tensor), name
+    assert resumed.optimizer.state_dict()["state"].keys() == learner.optimizer.state_dict()["state"].keys()
+    assert len(resumed.buffer) == len(learner.buffer) and len(resumed.buffer_test) == len(learner.buffer_test)
+    assert np.array_equal(resumed.buffer.storage.to_experience().frames, learner.buffer.storage.to_experience().frames)
+    assert any(m.startswith("resumed from") for m in messages)
+    fresh, _ = _learner(tmp_path, resume=False)
+    assert fresh.stats.frames_played == 0 and len(fresh.buffer) == 0
+
+
+def test_checkpoint_of_another_network_is_refused_with_a_message(tmp_path):
+    learner, _ = _learner(tmp_path)
+    learner.save()
+    path = _config_file(tmp_path)
+    path.write_text(path.read_text() + "\ndense_hidden_dimension = 48\n")
+    live = LiveConfig(path, log=lambda m: None)
+    from trackmania_rl.learner.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="does not fit the current config"):
+        Learner(live, float_layout_for(live.current), torch.device("cpu"), tmp_path / "run", log=lambda m: None)

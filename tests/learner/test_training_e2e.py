@@ -1,0 +1,192 @@
+import pytest
+
+"""End to end: `scripts/train.py` with real collector processes on CarRacing, a tiny network, about a minute.
+
+One run checks: rollouts arrive, batches train, the shared network's version rises and collectors act with
+newer versions, live config edits (an invalid one refused, a valid one applied), a killed collector is
+replaced, and a checkpoint is written. A second run resumes it and continues counters and buffer.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+TINY_OVERRIDES = """
+# --- tiny settings for the end-to-end test ---
+memory_size_schedule = [(0, (20_000, 300))]
+batch_size = 32
+number_times_single_memory_is_used_before_discard = 2
+cutoff_rollout_if_race_not_finished_within_duration_ms = 8_000
+conv_layers = [(8, 4, 2), (8, 4, 2)]
+dense_hidden_dimension = 32
+float_hidden_dim = 32
+iqn_embedding_dimension = 16
+send_shared_network_every_n_batches = 2
+update_inference_network_every_n_actions = 10
+save_frequency_s = 1_000
+"""
+
+
+class TrainProcess:
+    def __init__(self, tmp_path: Path, run_name: str, minutes: float, collectors: int, log_name: str):
+        self.tmp_path = tmp_path
+        self.log_path = tmp_path / log_name
+        self.config_copy = tmp_path / "config_copy.py"
+        command = [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "train.py"),
+            "--config", str(tmp_path / "config.py"),
+            "--config-copy", str(self.config_copy),
+            "--save-dir", str(tmp_path / "save"),
+            "--tensorboard-dir", str(tmp_path / "tensorboard"),
+            "--run-name", run_name,
+            "--max-minutes", str(minutes),
+            "--collectors", str(collectors),
+            "--no-status-line",
+        ]  # fmt: skip
+        self.log_file = open(self.log_path, "w")
+        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT, cwd=tmp_path)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for(self, pattern: str, timeout_s: float) -> re.Match:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            match = re.search(pattern, self.log())
+            if match:
+                return match
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.25)
+        raise AssertionError(f"`{pattern}` did not appear in the training log:\n{self.log()[-4000:]}")
+
+    def finish(self, timeout_s: float) -> int:
+        try:
+            return self.process.wait(timeout_s)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.log_file.close()
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    # keep the modification time moving even within one clock tick
+    path.write_text(text.replace(old, new))
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+
+
+def _stats(tmp_path: Path, run_name: str) -> dict:
+    return json.loads((tmp_path / "save" / run_name / "checkpoint" / "stats.json").read_text())
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped) does not count as running
+    try:
+        return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+def test_train_end_to_end_then_resume(tmp_path):
+    (tmp_path / "config.py").write_text((REPO_ROOT / "config_files" / "config.py").read_text() + TINY_OVERRIDES)
+    run = TrainProcess(tmp_path, "e2e", minutes=1.2, collectors=2, log_name="run1.log")
+    try:
+        first_pid = int(run.wait_for(r"collector 0 started \(pid (\d+)\)", 60).group(1))
+        run.wait_for(r"collector 1 started", 60)
+
+        # live config: an edit that fails validation is refused, the run keeps going
+        run.wait_for(r"\[collector 0\] ready", 60)
+        run.wait_for(r"\[collector 1\] ready", 60)
+        _edit(run.config_copy, "tau_epsilon_boltzmann = 0.01", "tau_epsilon_boltzmann = -5")
+        run.wait_for(r"config edit refused.*tau_epsilon_boltzmann", 60)
+        # a valid edit is applied; a restart-only one is reported and held back
+        _edit(run.config_copy, "tau_epsilon_boltzmann = -5", "tau_epsilon_boltzmann = 0.02")
+        run.wait_for(r"\[learner\] config reloaded: tau_epsilon_boltzmann changed", 60)
+        run.wait_for(r"\[collector 1\] config reloaded: tau_epsilon_boltzmann changed", 60)
+        _edit(run.config_copy, "# --- tiny settings", "n_steps = 2\n# --- tiny settings")
+        run.wait_for(r"\[learner\] config setting `n_steps` = 2 needs a restart", 60)
+
+        # kill a collector mid-run: it is replaced and the run goes on
+        time.sleep(8)
+        os.kill(first_pid, signal.SIGKILL)
+        run.wait_for(r"collector 0 died with exit code -9: restarting it", 60)
+        starts = re.findall(r"collector 0 started \(pid (\d+)\)", run.log())
+        assert len(starts) == 2 and int(starts[1]) != first_pid
+        assert run.finish(180) == 0, run.log()[-4000:]
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()
+    log1 = run.log()
+    assert "Traceback" not in log1.split("collector 0 died")[0], log1
+    stats1 = _stats(tmp_path, "e2e")
+    assert stats1["races"] > 0 and stats1["memories_generated"] > 0
+    assert stats1["batches_done"] > 0
+    assert stats1["policy_version"] > 1
+    assert stats1["newest_policy_version_acted"] > 1  # collectors acted with published weights
+    assert stats1["collector_restarts"] == 1
+    restarted_summary = re.search(r"collector 0: (\d+) rollouts since its last start, restarted 1 time", log1)
+    assert restarted_summary and int(restarted_summary.group(1)) >= 1, log1[-3000:]
+    saved = re.findall(r"checkpoint saved to .*: (\d+) frames, (\d+) batches, buffer (\d+) \+ test (\d+) transitions", log1)
+    assert saved, log1[-3000:]
+    frames1, batches1, buffer1, test1 = map(int, saved[-1])
+    assert frames1 == stats1["frames_played"] and buffer1 > 0
+    assert list((tmp_path / "tensorboard" / "e2e").glob("events.out.tfevents.*"))
+    # no collector outlived the run
+    for pid in map(int, re.findall(r"started \(pid (\d+)\)", log1)):
+        assert not _process_exists(pid), f"collector pid {pid} outlived the run"
+
+    # resume: counters, weights and buffers continue; Ctrl-C stops it cleanly with a final save
+    run2 = TrainProcess(tmp_path, "e2e", minutes=5, collectors=1, log_name="run2.log")
+    try:
+        resumed = run2.wait_for(r"resumed from .*: (\d+) frames, (\d+) batches, buffer (\d+) \+ test (\d+) transitions", 90)
+        assert tuple(map(int, resumed.groups())) == (frames1, batches1, buffer1, test1)
+        run2.wait_for(r"\[collector 0\] ready", 60)
+        time.sleep(15)
+        run2.process.send_signal(signal.SIGINT)
+        assert run2.finish(120) == 0, run2.log()[-4000:]
+    finally:
+        if run2.process.poll() is None:
+            run2.process.kill()
+    log2 = run2.log()
+    assert "interrupted: stopping collectors and saving" in log2
+    for pid in map(int, re.findall(r"started \(pid (\d+)\)", log2)):
+        assert not _process_exists(pid), f"collector pid {pid} outlived the interrupted run"
+    stats2 = _stats(tmp_path, "e2e")
+    assert stats2["frames_played"] > stats1["frames_played"]
+    assert stats2["races"] > stats1["races"]
+    assert stats2["policy_version"] > stats1["policy_version"]
+    assert stats2["collector_restarts"] == 1
+
+    # a learner killed outright (SIGKILL: no chance to clean up) takes its collectors with it, and the
+    # run's last checkpoint is intact
+    run3 = TrainProcess(tmp_path, "e2e", minutes=5, collectors=1, log_name="run3.log")
+    try:
+        run3.wait_for(r"resumed from", 90)
+        pid = int(run3.wait_for(r"collector 0 started \(pid (\d+)\)", 60).group(1))
+        run3.wait_for(r"\[collector 0\] ready", 60)
+        run3.process.kill()
+        run3.finish(30)
+        deadline = time.time() + 15
+        while _process_exists(pid) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _process_exists(pid), "a collector outlived its killed learner"
+    finally:
+        if run3.process.poll() is None:
+            run3.process.kill()
+    assert _stats(tmp_path, "e2e") == stats2

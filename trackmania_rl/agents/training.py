@@ -1,0 +1,135 @@
+"""One IQN learning step (DESIGN §3.6): the quantile Huber loss, the optimizer, the trainer, target updates.
+
+- `quantile_huber_loss`: per-sample loss (B,), summed over online quantiles, averaged over target quantiles.
+- `Trainer`: one learning step on a replay batch; standard IQN target (next action = argmax of the target
+  network's quantile mean; `use_ddqn`: argmax of the online network's), loss = mean over the batch
+  (IS-weighted when prioritized), gradient clipping, AMP only on CUDA.
+- `make_optimizer` / `set_optimizer_hyperparameters`: RAdam with decoupled weight decay on weights only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trackmania_rl.device import is_cuda
+
+
+def quantile_huber_loss(online: torch.Tensor, taus: torch.Tensor, target: torch.Tensor, kappa: float) -> torch.Tensor:
+    """Per-sample quantile Huber loss (B,) for online quantiles (B, N) at fractions taus (B, N) and target samples (B, N').
+
+    delta_ij = target_j - online_i; rho_ij = |tau_i - 1{delta_ij < 0}| L_kappa(delta_ij) / kappa with the Huber
+    L_kappa = 0.5 d^2 if |d| <= kappa else kappa (|d| - kappa / 2); loss = sum over i, mean over j.
+    """
+    delta = target.unsqueeze(1) - online.unsqueeze(2)  # (B, N, N')
+    abs_delta = delta.abs()
+    huber = torch.where(abs_delta <= kappa, 0.5 * delta.pow(2) / kappa, abs_delta - 0.5 * kappa)
+    weight = (taus.unsqueeze(2) - (delta.detach() < 0).to(delta.dtype)).abs()
+    return (weight * huber).sum(dim=1).mean(dim=1)
+
+
+def make_optimizer(network: nn.Module, cfg, lr: float) -> torch.optim.RAdam:
+    """RAdam; decoupled weight decay (p <- p (1 - lr x weight_decay_lr_ratio), as AdamW) on weights only, not biases."""
+    decay = [p for p in network.parameters() if p.ndim >= 2]
+    no_decay = [p for p in network.parameters() if p.ndim < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay_lr_ratio, "group_name": "decay"},
+        {"params": no_decay, "weight_decay": 0.0, "group_name": "no_decay"},
+    ]
+    return torch.optim.RAdam(groups, lr=lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon, decoupled_weight_decay=True)
+
+
+def set_optimizer_hyperparameters(optimizer: torch.optim.Optimizer, cfg, lr: float) -> None:
+    """Push the current lr (from its schedule), betas, eps and weight decay into every param group.
+
+    RAdam reads the key "eps" (Linesight wrote "epsilon", so its edits had no effect).
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = float(lr)
+        group["betas"] = (float(cfg.adam_beta1), float(cfg.adam_beta2))
+        group["eps"] = float(cfg.adam_epsilon)
+        group["weight_decay"] = float(cfg.weight_decay_lr_ratio) if group.get("group_name", "decay") == "decay" else 0.0
+
+
+class Trainer:
+    """Learning steps for the online network against the target network.
+
+    `train_on_batch(buffer, do_learn)` samples a batch, computes the loss and, when `do_learn`, takes an
+    optimizer step; priorities are updated for prioritized buffers (with the per-sample loss). `cfg` may be
+    replaced between steps (hot reload): kappa, use_ddqn, clipping and soft_update_tau are read each step.
+    """
+
+    def __init__(
+        self, online: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer, cfg, device: torch.device | str, scaler=None
+    ):
+        self.online = online
+        self.target = target
+        self.optimizer = optimizer
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.use_amp = is_cuda(self.device)
+        self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cuda", enabled=self.use_amp)
+        self.n_quantiles = int(cfg.iqn_n)
+
+    def _autocast(self):
+        return torch.autocast(device_type=self.device.type, dtype=torch.float16, enabled=self.use_amp)
+
+    def compute_loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(batch loss, per-sample loss (B,) detached). The batch loss is the mean over the batch of the
+        per-sample losses, each multiplied by its importance weight when the batch has `weight`."""
+        cfg, n = self.cfg, self.n_quantiles
+        action = batch["action"]
+        batch_size = action.shape[0]
+        with self._autocast():
+            with torch.no_grad():
+                q_next_target, _ = self.target(batch["next_state_img"], batch["next_state_float"], n)
+                if cfg.use_ddqn:
+                    q_next_online, _ = self.online(batch["next_state_img"], batch["next_state_float"], n)
+                    next_action = q_next_online.float().mean(dim=1).argmax(dim=1)
+                else:
+                    next_action = q_next_target.float().mean(dim=1).argmax(dim=1)
+                z_next = q_next_target.float().gather(2, next_action.view(batch_size, 1, 1).expand(batch_size, n, 1)).squeeze(2)
+                target = batch["reward"].unsqueeze(1) + batch["gamma_eff"].unsqueeze(1) * z_next  # (B, N)
+            q, taus = self.online(batch["state_img"], batch["state_float"], n)
+            q_taken = q.float().gather(2, action.view(batch_size, 1, 1).expand(batch_size, n, 1)).squeeze(2)
+        per_sample = quantile_huber_loss(q_taken, taus.float(), target, float(cfg.iqn_kappa))
+        weight = batch.get("weight")
+        loss = (per_sample * weight).mean() if weight is not None else per_sample.mean()
+        return loss, per_sample.detach()
+
+    def train_on_tensors(self, batch: dict, do_learn: bool = True) -> tuple[float, float, torch.Tensor]:
+        """One step on a ready batch: (loss, grad norm before clipping (0 when not learning), per-sample loss)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.set_grad_enabled(do_learn):  # test batches build no graph
+            loss, per_sample = self.compute_loss(batch)
+        grad_norm = 0.0
+        if do_learn:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.cfg.clip_grad_norm))
+            torch.nn.utils.clip_grad_value_(self.online.parameters(), self.cfg.clip_grad_value)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        return float(loss.detach()), grad_norm, per_sample
+
+    def train_on_batch(self, buffer, do_learn: bool = True) -> tuple[float, float]:
+        """Sample from `buffer`, learn (if `do_learn`), update priorities (prioritized buffers). (loss, grad_norm)."""
+        batch = buffer.sample_batch()
+        loss, grad_norm, per_sample = self.train_on_tensors(batch, do_learn)
+        if "weight" in batch:
+            buffer.update_priority(batch["index"], per_sample.float().cpu())
+        return loss, grad_norm
+
+    @torch.no_grad()
+    def soft_update_target(self, tau: float | None = None) -> None:
+        """target <- (1 - tau) target + tau online (buffers copied)."""
+        tau = self.cfg.soft_update_tau if tau is None else tau
+        soft_update(self.target, self.online, tau)
+
+
+@torch.no_grad()
+def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    for p_target, p_online in zip(target.parameters(), online.parameters()):
+        p_target.lerp_(p_online, float(tau))
+    for b_target, b_online in zip(target.buffers(), online.buffers()):
+        b_target.copy_(b_online)

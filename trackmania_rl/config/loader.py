@@ -1,0 +1,145 @@
+"""Loading, validating and hot-reloading the run configuration.
+
+A config is a plain Python file of module-level settings (config_files/config.py). It is executed in a
+fresh namespace, checked setting by setting, and returned as an immutable `Config` with a few derived
+values. The settings and their checks are in `schema.py`; hot reloading is `live.py`.
+"""
+
+from __future__ import annotations
+
+import runpy
+import types
+from pathlib import Path
+
+from trackmania_rl.config.schema import SETTINGS, ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = REPO_ROOT / "config_files"
+
+# Game time per physics step, by backend (CarRacing: 50 Hz; Trackmania: 100 Hz).
+MS_PER_PHYSICS_STEP = {"carracing": 20, "trackmania": 10}
+
+
+DERIVED = ("ms_per_action", "temporal_mini_race_duration_actions", "game_backend", "inputs", "input_settings")
+
+
+class Config(types.SimpleNamespace):
+    """The validated settings of one config file, plus derived values. Treat as read-only."""
+
+    def replace(self, **changes) -> Config:
+        """A validated copy with some settings changed (derived values are recomputed)."""
+        values = {k: v for k, v in vars(self).items() if k not in DERIVED}
+        values.update(changes)
+        return build_config(values, game_backend=self.game_backend, inputs=self.inputs_file(), source="replace()")
+
+    def inputs_file(self) -> dict:
+        """The contents of the inputs file this config was built with."""
+        return {"inputs": self.inputs, **self.input_settings}
+
+    def settings(self) -> dict:
+        return {k: v for k, v in vars(self).items() if k not in DERIVED}
+
+
+def read_python_file(path: Path) -> dict:
+    try:
+        namespace = runpy.run_path(str(path))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except SyntaxError as e:
+        raise ConfigError(f"config file {path} does not parse: line {e.lineno}: {e.msg}") from None
+    except Exception as e:  # a config is user code: any error in it is a config error
+        raise ConfigError(f"config file {path} raised {type(e).__name__}: {e}") from None
+    return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
+
+
+def load_inputs(path: Path | None = None) -> dict:
+    """The action set and its game-control magnitudes from config_files/inputs_list.py."""
+    path = Path(path) if path else CONFIG_DIR / "inputs_list.py"
+    values = read_python_file(path)
+    inputs = values.get("inputs")
+    keys = {"accelerate", "brake", "left", "right"}
+    if not isinstance(inputs, list) or not inputs:
+        raise ConfigError(f"{path}: `inputs` must be a non-empty list of actions")
+    for i, action in enumerate(inputs):
+        if not isinstance(action, dict) or set(action) != keys or not all(isinstance(v, bool) for v in action.values()):
+            raise ConfigError(f"{path}: inputs[{i}] must be a dict of the four booleans {sorted(keys)}")
+    values["inputs"] = [dict(a) for a in inputs]
+    return values
+
+
+def build_config(values: dict, game_backend: str = "carracing", inputs: dict | None = None, source: str = "config") -> Config:
+    if game_backend not in MS_PER_PHYSICS_STEP:
+        raise ConfigError(f"user_config.game_backend: unknown game backend {game_backend!r}; expected one of {sorted(MS_PER_PHYSICS_STEP)}")
+    missing = [name for name in SETTINGS if name not in values]
+    if missing:
+        raise ConfigError(f"{source}: missing setting(s) {', '.join(missing)}")
+    for name, (check, expected, _) in SETTINGS.items():
+        if not check(values[name]):
+            raise ConfigError(f"{source}: setting `{name}` = {values[name]!r} is invalid: expected {expected}")
+    unknown = sorted(set(values) - set(SETTINGS))
+    if unknown:
+        raise ConfigError(f"{source}: unknown setting(s) {', '.join(unknown)} (a typo?)")
+    ms_per_action = values["physics_steps_per_action"] * MS_PER_PHYSICS_STEP[game_backend]
+    horizon = values["temporal_mini_race_duration_ms"] // ms_per_action
+    if horizon < 1:
+        raise ConfigError(f"{source}: setting `temporal_mini_race_duration_ms` is shorter than one action ({ms_per_action} ms)")
+    if values["n_steps"] > horizon:
+        raise ConfigError(f"{source}: setting `n_steps` ({values['n_steps']}) exceeds the mini-race horizon of {horizon} actions")
+    if values["oversample_maximum_term_steps"] > values["oversample_long_term_steps"]:
+        raise ConfigError(f"{source}: setting `oversample_maximum_term_steps` must not exceed `oversample_long_term_steps`")
+    if values["shaped_reward_min_dist_to_cur_vcp"] > values["shaped_reward_max_dist_to_cur_vcp"]:
+        raise ConfigError(f"{source}: setting `shaped_reward_min_dist_to_cur_vcp` must not exceed `shaped_reward_max_dist_to_cur_vcp`")
+    height, width = values["H_downsized"], values["W_downsized"]
+    for channels, kernel, stride in values["conv_layers"]:
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    if height < 1 or width < 1:
+        raise ConfigError(
+            f"{source}: setting `conv_layers` does not fit a {values['H_downsized']}x{values['W_downsized']} frame "
+            "(the image shrinks to nothing): use fewer or smaller layers, or larger H_downsized/W_downsized"
+        )
+    lookahead = values["n_zone_centers_in_inputs"] * values["one_every_n_zone_centers_in_inputs"]
+    if values["n_zone_centers_extrapolate_after_end_of_map"] < lookahead:
+        raise ConfigError(
+            f"{source}: setting `n_zone_centers_extrapolate_after_end_of_map` must be >= the look-ahead span "
+            f"n_zone_centers_in_inputs x one_every_n_zone_centers_in_inputs = {lookahead}"
+        )
+    inputs_file = dict(inputs if inputs is not None else load_inputs())
+    return Config(
+        **values,
+        ms_per_action=ms_per_action,
+        temporal_mini_race_duration_actions=horizon,
+        game_backend=game_backend,
+        inputs=inputs_file.pop("inputs"),
+        input_settings=inputs_file,
+    )
+
+
+def load_config(path: str | Path | None = None, game_backend: str | None = None, inputs_path: str | Path | None = None) -> Config:
+    """Read and validate a config file (default: config_files/config.py). Raises ConfigError."""
+    path = Path(path) if path else CONFIG_DIR / "config.py"
+    if game_backend is None:
+        game_backend = load_user_config().game_backend
+    return build_config(read_python_file(path), game_backend=game_backend, inputs=load_inputs(inputs_path), source=str(path))
+
+
+def load_user_config(path: str | Path | None = None) -> types.SimpleNamespace:
+    path = Path(path) if path else CONFIG_DIR / "user_config.py"
+    values = read_python_file(path)
+    defaults = {
+        "device": "auto",
+        "game_backend": "carracing",
+        "save_dir": "save",
+        "tensorboard_dir": "tensorboard",
+        "trackmania_base_path": "",
+        "base_tmi_port": 8478,
+    }
+    defaults.update(values)
+    if not isinstance(defaults["device"], str):
+        raise ConfigError(f"{path}: setting `device` must be a string such as 'auto', 'cpu' or 'cuda'")
+    return types.SimpleNamespace(**defaults)
+
+
+def default_config(**overrides) -> Config:
+    """The repository's config_files/config.py with some settings changed (for tests and tools)."""
+    cfg = load_config(game_backend="carracing")
+    return cfg.replace(**overrides) if overrides else cfg

@@ -1,0 +1,186 @@
+"""The run settings: each setting's check, what it expects, and whether changing it needs a restart.
+
+`SETTINGS` is the one place that says which settings exist; `RESTART_ONLY` is derived from it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config file or setting is unusable; the message names the file and the setting."""
+
+
+def _positive_int(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
+
+
+def _non_negative_int(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
+
+
+def _number(v):
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _positive_number(v):
+    return _number(v) and v > 0
+
+
+def _non_negative_number(v):
+    return _number(v) and v >= 0
+
+
+def _probability(v):
+    return _number(v) and 0 <= v <= 1
+
+
+def _bool(v):
+    return isinstance(v, bool)
+
+
+def _even_positive_int(v):
+    return _positive_int(v) and v % 2 == 0
+
+
+def _schedule(value_check):
+    def check(v):
+        if not isinstance(v, (list, tuple)) or not v:
+            return False
+        steps = []
+        for point in v:
+            if not isinstance(point, (list, tuple)) or len(point) != 2:
+                return False
+            if not _non_negative_number(point[0]) or not value_check(point[1]):
+                return False
+            steps.append(point[0])
+        return steps[0] == 0 and steps == sorted(steps)
+
+    return check
+
+
+def _positive_schedule(v):
+    # geometric interpolation needs non-zero values of one sign; lr and epsilons are positive
+    return _schedule(_positive_number)(v)
+
+
+def _epsilon_schedule(v):
+    return _schedule(lambda e: _positive_number(e) and e <= 1)(v)
+
+
+def _memory_size(v):
+    return isinstance(v, (list, tuple)) and len(v) == 2 and _positive_int(v[0]) and _non_negative_int(v[1]) and v[1] <= v[0]
+
+
+def _memory_size_schedule(v):
+    if not _schedule(_memory_size)(v):
+        return False
+    capacities = [p[1][0] for p in v]
+    return capacities == sorted(capacities)
+
+
+def _conv_layers(v):
+    return (
+        isinstance(v, (list, tuple))
+        and len(v) > 0
+        and all(isinstance(layer, (list, tuple)) and len(layer) == 3 and all(_positive_int(x) for x in layer) for layer in v)
+    )
+
+
+def _map_cycle(v):
+    if not isinstance(v, (list, tuple)) or not v:
+        return False
+    for entry in v:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 4:
+            return False
+        name, seeds, is_explo, fill_buffer = entry
+        if not isinstance(name, str) or not name:
+            return False
+        if isinstance(seeds, range):
+            if len(seeds) == 0 or min(seeds) < 0:
+                return False
+        elif not _non_negative_int(seeds):
+            return False
+        if not _bool(is_explo) or not _bool(fill_buffer):
+            return False
+    return True
+
+
+# name -> (check, description of what is expected, needs a restart to change)
+SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
+    "physics_steps_per_action": (_positive_int, "a positive integer", True),
+    "H_downsized": (_positive_int, "a positive integer (pixels)", True),
+    "W_downsized": (_positive_int, "a positive integer (pixels)", True),
+    "n_prev_actions_in_inputs": (_non_negative_int, "an integer >= 0", True),
+    "n_zone_centers_in_inputs": (_positive_int, "a positive integer", True),
+    "one_every_n_zone_centers_in_inputs": (_positive_int, "a positive integer", True),
+    "margin_to_announce_finish_meters": (_positive_number, "a positive number", True),
+    "distance_between_checkpoints": (_positive_number, "a positive number", True),
+    "n_zone_centers_extrapolate_before_start_of_map": (_positive_int, "a positive integer", True),
+    "n_zone_centers_extrapolate_after_end_of_map": (_positive_int, "a positive integer", True),
+    "road_width": (_positive_number, "a positive number", False),
+    "cutoff_rollout_if_race_not_finished_within_duration_ms": (_positive_int, "a positive integer (ms)", False),
+    "cutoff_rollout_if_no_vcp_passed_within_duration_ms": (_positive_int, "a positive integer (ms)", False),
+    "constant_reward_per_ms": (_number, "a number", False),
+    "reward_per_m_advanced_along_centerline": (_number, "a number", False),
+    "shaped_reward_dist_to_cur_vcp": (_number, "a number", False),
+    "shaped_reward_min_dist_to_cur_vcp": (_non_negative_number, "a number >= 0", False),
+    "shaped_reward_max_dist_to_cur_vcp": (_positive_number, "a positive number", False),
+    "n_steps": (_positive_int, "a positive integer", True),
+    "discard_non_greedy_actions_in_nsteps": (_bool, "True or False", False),
+    "temporal_mini_race_duration_ms": (_positive_int, "a positive integer (ms)", True),
+    "oversample_long_term_steps": (_non_negative_int, "an integer >= 0", False),
+    "oversample_maximum_term_steps": (_non_negative_int, "an integer >= 0", False),
+    "gamma_schedule": (_schedule(lambda g: _number(g) and 0 < g <= 1), "a list of (frames, gamma in (0, 1])", False),
+    "memory_size_schedule": (
+        _memory_size_schedule,
+        "a list of (frames, (capacity, start_learn <= capacity)) with growing capacities",
+        False,
+    ),
+    "buffer_test_ratio": (_probability, "a probability in [0, 1]", False),
+    "buffer_test_switch_probability": (_probability, "a probability in [0, 1]", False),
+    "number_times_single_memory_is_used_before_discard": (_positive_number, "a positive number", False),
+    "prio_alpha": (_non_negative_number, "a number >= 0", False),
+    "prio_beta": (_probability, "a number in [0, 1]", False),
+    "prio_epsilon": (_positive_number, "a positive number", False),
+    "conv_layers": (_conv_layers, "a list of (channels, kernel, stride) positive integers", True),
+    "float_hidden_dim": (_positive_int, "a positive integer", True),
+    "dense_hidden_dimension": (_positive_int, "a positive integer", True),
+    "iqn_embedding_dimension": (_positive_int, "a positive integer", True),
+    "iqn_n": (_even_positive_int, "an even positive integer", True),
+    "iqn_k": (_even_positive_int, "an even positive integer", True),
+    "iqn_kappa": (_positive_number, "a positive number", False),
+    "use_ddqn": (_bool, "True or False", False),
+    "use_jit": (_bool, "True or False", True),
+    "batch_size": (_positive_int, "a positive integer", True),
+    "lr_schedule": (_positive_schedule, "a list of (frames, lr) with positive lr", False),
+    "weight_decay_lr_ratio": (_non_negative_number, "a number >= 0", False),
+    "adam_epsilon": (_positive_number, "a positive number", False),
+    "adam_beta1": (lambda v: _number(v) and 0 <= v < 1, "a number in [0, 1)", False),
+    "adam_beta2": (lambda v: _number(v) and 0 <= v < 1, "a number in [0, 1)", False),
+    "clip_grad_norm": (_positive_number, "a positive number", False),
+    "clip_grad_value": (_positive_number, "a positive number", False),
+    "number_memories_trained_on_between_target_network_updates": (_positive_int, "a positive integer", False),
+    "soft_update_tau": (_probability, "a number in [0, 1]", False),
+    "epsilon_schedule": (_epsilon_schedule, "a list of (frames, epsilon in (0, 1])", False),
+    "epsilon_boltzmann_schedule": (_epsilon_schedule, "a list of (frames, value in (0, 1])", False),
+    "tau_epsilon_boltzmann": (_non_negative_number, "a number >= 0", False),
+    "map_cycle": (
+        _map_cycle,
+        "a non-empty list of (name, seed or range of seeds >= 0, is_explo bool, fill_buffer bool)",
+        False,
+    ),
+    "collectors_count": (_positive_int, "a positive integer", True),
+    "max_rollout_queue_size": (_positive_int, "a positive integer", True),
+    "update_inference_network_every_n_actions": (_positive_int, "a positive integer", False),
+    "send_shared_network_every_n_batches": (_positive_int, "a positive integer", False),
+    "save_frequency_s": (_positive_number, "a positive number (s)", False),
+    "collector_stall_timeout_s": (_positive_number, "a positive number (s)", False),
+}
+
+# settings that a live config edit cannot change (network shape, buffer layout, processes): a restart applies them
+RESTART_ONLY = tuple(name for name, (_, _, needs_restart) in SETTINGS.items() if needs_restart)

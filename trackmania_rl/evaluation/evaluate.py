@@ -1,0 +1,368 @@
+"""Greedy evaluation of a trained network (scripts/evaluate.py, scripts/watch.py, tests).
+
+- `parse_seeds("0-9,20,30-31")`: track seeds from "A-B" inclusive ranges and comma lists.
+- `resolve_checkpoint(weights=..., run=..., config=...)`: which weights file and which config file to use.
+- `load_policy(paths)` / `GreedyPolicy`: the network (eval mode, CPU) behind a greedy `Inferer`.
+- `play_race(game, policy, seed)`: one race on MapSpec("eval", seed, is_explo=False, fill_buffer=False),
+  returned as a plain, JSON-ready record; `evaluate_seeds` plays several, `summarise` sums them up.
+
+Every problem with what the user asked for (a missing file, weights that do not fit the config, a bad
+seed list...) raises `EvaluationError` with a message naming it; the scripts print it and exit 2.
+Nothing is unpickled: weights load with `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trackmania_rl.agents.acting import make_inference_network
+from trackmania_rl.agents.exploration import Inferer
+from trackmania_rl.agents.iqn import make_network, strip_compile_prefix
+from trackmania_rl.config.loader import CONFIG_DIR, ConfigError, load_config
+from trackmania_rl.games import float_layout_for, make_game_instance
+from trackmania_rl.games.base import GameCrashed, MapSpec
+from trackmania_rl.learner.checkpoint import CHECKPOINT, find_checkpoint
+from trackmania_rl.serialization import safe_torch_load
+
+# the names the learner gives these files in a checkpoint (trackmania_rl/multiprocess/learner.py)
+WEIGHTS_FILE = "weights_online.torch"
+CONFIG_COPY_FILE = "config_copy.py"
+DEFAULT_CONFIG = CONFIG_DIR / "config.py"
+EVAL_MAP_NAME = "eval"
+GAME_BACKEND = "carracing"  # the only backend with a game instance so far
+_MAX_LISTED = 4  # mismatching entries named in an error message
+
+
+class EvaluationError(ValueError):
+    """What the user asked for cannot be evaluated; the message says why (the scripts exit 2)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Arguments
+# --------------------------------------------------------------------------------------------------
+def add_policy_arguments(parser) -> None:
+    """The options evaluate.py and watch.py share: which network, which config, race length, threads."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", help="a weights file (state_dict, e.g. save/<run>/checkpoint/weights_online.torch)")
+    source.add_argument("--run", help="a run folder (save/<run>: its newest complete checkpoint) or a checkpoint folder")
+    parser.add_argument(
+        "--config", default=None, help="config file (default: config_copy.py beside the weights, else config_files/config.py)"
+    )
+    parser.add_argument("--max-race-seconds", type=float, default=None, help="override the overall race cutoff (game seconds)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+
+
+_SEED_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """Track seeds from a comma list of seeds and inclusive ranges: "0-9,20,30-31" -> [0..9, 20, 30, 31].
+    Order is kept. EvaluationError for anything else (empty items, descending ranges, negative or
+    non-integer seeds, a seed listed twice)."""
+    if not isinstance(text, str) or not text.strip():
+        raise EvaluationError("--seeds is empty: give seeds such as '0-9', '3' or '0-9,20,30-31'")
+    seeds: list[int] = []
+    seen: set[int] = set()
+    for item in text.split(","):
+        item = item.strip()
+        match = _SEED_ITEM.match(item)
+        if match is None:
+            raise EvaluationError(
+                f"--seeds {text!r}: {item!r} is not a seed or an A-B range of seeds (seeds are integers >= 0; write e.g. '0-9,20,30-31')"
+            )
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first:
+            raise EvaluationError(f"--seeds {text!r}: the range {item!r} goes down ({first} > {last}); write '{last}-{first}'")
+        for seed in range(first, last + 1):
+            if seed in seen:
+                raise EvaluationError(f"--seeds {text!r}: seed {seed} is listed more than once")
+            seen.add(seed)
+            seeds.append(seed)
+    return seeds
+
+
+@dataclass(frozen=True)
+class CheckpointPaths:
+    weights: Path
+    config: Path
+    config_is_default: bool  # no config was given or found next to the weights: config_files/config.py
+
+
+def _config_next_to(folder: Path) -> Path | None:
+    candidate = folder / CONFIG_COPY_FILE
+    try:
+        if candidate.is_file() and candidate.read_text().strip():
+            return candidate  # the learner writes an empty copy when its live config was gone: unusable
+    except OSError:
+        pass
+    return None
+
+
+def resolve_checkpoint(
+    weights: str | Path | None = None, run: str | Path | None = None, config: str | Path | None = None
+) -> CheckpointPaths:
+    """The weights file and config file to evaluate.
+
+    Exactly one of `weights` (a weights_online.torch-style state_dict file) and `run` (a run folder
+    save/<run>, whose newest complete checkpoint is used, or a checkpoint folder itself). The config is
+    `config` if given, else the config_copy.py beside the weights (the config the run trained with),
+    else config_files/config.py."""
+    if (weights is None) == (run is None):
+        raise EvaluationError("give exactly one of --weights PATH and --run FOLDER")
+    if weights is not None:
+        weights_path = Path(weights)
+        if not weights_path.exists():
+            raise EvaluationError(f"--weights {weights_path}: no such file")
+        if weights_path.is_dir():
+            raise EvaluationError(f"--weights {weights_path} is a folder: give the weights file, or use --run for a run folder")
+    else:
+        run_dir = Path(run)
+        if not run_dir.exists():
+            raise EvaluationError(f"--run {run_dir}: no such folder")
+        if not run_dir.is_dir():
+            raise EvaluationError(f"--run {run_dir} is not a folder: give a run folder (save/<run>), or use --weights for a file")
+        if (run_dir / WEIGHTS_FILE).is_file():  # a checkpoint folder
+            weights_path = run_dir / WEIGHTS_FILE
+        else:
+            folder = find_checkpoint(run_dir)
+            if folder is None:
+                raise EvaluationError(
+                    f"--run {run_dir}: no complete checkpoint in it (expected {run_dir / CHECKPOINT / WEIGHTS_FILE} "
+                    "with its COMPLETE marker)"
+                )
+            weights_path = folder / WEIGHTS_FILE
+            if not weights_path.is_file():
+                raise EvaluationError(f"--run {run_dir}: checkpoint {folder} has no {WEIGHTS_FILE}")
+    if config is not None:
+        config_path = Path(config)
+        if not config_path.is_file():
+            raise EvaluationError(f"--config {config_path}: no such file")
+        return CheckpointPaths(weights_path, config_path, False)
+    found = _config_next_to(weights_path.parent)
+    if found is not None:
+        return CheckpointPaths(weights_path, found, False)
+    return CheckpointPaths(weights_path, DEFAULT_CONFIG, True)
+
+
+def load_eval_config(config_path: str | Path, max_race_seconds: float | None = None):
+    """The config to evaluate with (CarRacing backend), with the overall race cutoff overridden if asked."""
+    try:
+        cfg = load_config(config_path, game_backend=GAME_BACKEND)
+    except ConfigError as e:
+        raise EvaluationError(f"config {config_path} is unusable: {e}") from None
+    if max_race_seconds is not None:
+        if (
+            isinstance(max_race_seconds, bool)
+            or not isinstance(max_race_seconds, (int, float))
+            or not math.isfinite(max_race_seconds)
+            or max_race_seconds <= 0
+        ):
+            raise EvaluationError(f"--max-race-seconds {max_race_seconds!r}: must be a positive number of seconds")
+        cutoff_ms = int(round(max_race_seconds * 1000))
+        if cutoff_ms < cfg.ms_per_action:
+            raise EvaluationError(
+                f"--max-race-seconds {max_race_seconds}: shorter than one action ({cfg.ms_per_action} ms), no race could be played"
+            )
+        cfg = cfg.replace(cutoff_rollout_if_race_not_finished_within_duration_ms=cutoff_ms)
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------------
+# The policy
+# --------------------------------------------------------------------------------------------------
+def load_state_dict_checked(network: torch.nn.Module, weights_path: str | Path, config_path: str | Path | None = None) -> None:
+    """Load a saved state_dict into `network`; EvaluationError naming the mismatching entries if the
+    weights were made for another architecture (another config)."""
+    weights_path = Path(weights_path)
+    try:
+        state_dict = safe_torch_load(weights_path, map_location=next(network.parameters()).device)
+    except FileNotFoundError:
+        raise EvaluationError(f"weights file {weights_path}: no such file") from None
+    except Exception as e:  # not a torch file, or one holding objects that weights_only refuses
+        raise EvaluationError(
+            f"weights file {weights_path} cannot be loaded as a state_dict: it is not a torch file, or it holds objects "
+            f"other than tensors (torch.load with weights_only=True failed: {_load_failure(e)})"
+        ) from None
+    if not isinstance(state_dict, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state_dict.items()):
+        raise EvaluationError(
+            f"weights file {weights_path} is not a state_dict (a dict of named tensors, as the learner saves {WEIGHTS_FILE})"
+        )
+    state_dict = strip_compile_prefix(state_dict)
+    expected = network.state_dict()
+    missing = sorted(set(expected) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(expected))
+    shapes = [
+        f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in state_dict and state_dict[k].shape != v.shape
+    ]
+    problems = []
+    for what, items in (("missing entries", missing), ("unexpected entries", unexpected), ("shape mismatches (weights vs config)", shapes)):
+        if items:
+            more = f" and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else ""
+            problems.append(f"{what}: {', '.join(items[:_MAX_LISTED])}{more}")
+    if problems:
+        config_note = f" {config_path}" if config_path is not None else ""
+        raise EvaluationError(
+            f"weights file {weights_path} does not match the network of config{config_note} ({'; '.join(problems)}); "
+            "pass the config the weights were trained with (--config, e.g. the run's checkpoint/config_copy.py)"
+        )
+    network.load_state_dict(state_dict, strict=True)
+
+
+def _load_failure(e: Exception) -> str:
+    """The useful part of a torch.load failure (its weights_only message is long and suggests turning
+    the safety off, which is not what to do with an unknown file)."""
+    text = str(e).strip()
+    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\s*\n|$)", text, re.S)
+    if found:
+        return found.group(1).strip()
+    if isinstance(e, EOFError):
+        return "the file is empty or truncated"
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class GreedyPolicy:
+    """The network in eval mode behind a greedy Inferer: `policy(frame, state_float)` ->
+    (action, True, value, q_values), deterministic for given inputs. Runs on the CPU and decides as a
+    collector does, through the inference network's acting program (agents/inference.py)."""
+
+    def __init__(self, cfg, network: torch.nn.Module, layout, paths: CheckpointPaths | None = None):
+        self.cfg = cfg
+        self.layout = layout
+        self.n_actions = len(cfg.inputs)
+        self.network = network.eval()
+        for p in self.network.parameters():
+            p.requires_grad_(False)
+        acting = make_inference_network(cfg, layout, self.n_actions, jit=False, device="cpu")
+        acting.load_state_dict_from(self.network)
+        self.inferer = Inferer(acting, cfg, self.n_actions, device="cpu", is_explo=False)
+        self.inferer.set_exploration(0.0, 0.0)
+        self.paths = paths
+
+    def __call__(self, frame: np.ndarray, state_float: np.ndarray):
+        return self.inferer.get_exploration_action(frame, state_float)
+
+
+def load_policy(paths: CheckpointPaths, cfg=None, max_race_seconds: float | None = None) -> GreedyPolicy:
+    """The greedy policy of `paths` (cfg: already loaded config, else read from paths.config)."""
+    if cfg is None:
+        cfg = load_eval_config(paths.config, max_race_seconds)
+    layout = float_layout_for(cfg, GAME_BACKEND)
+    network = make_network(cfg, layout, len(cfg.inputs), "cpu")
+    load_state_dict_checked(network, paths.weights, paths.config)
+    return GreedyPolicy(cfg, network, layout, paths)
+
+
+def open_policy(weights=None, run=None, config=None, max_race_seconds: float | None = None) -> GreedyPolicy:
+    """resolve_checkpoint + load_eval_config + load_policy, the scripts' one call."""
+    paths = resolve_checkpoint(weights=weights, run=run, config=config)
+    cfg = load_eval_config(paths.config, max_race_seconds)
+    return load_policy(paths, cfg)
+
+
+def open_policy_from_args(args) -> GreedyPolicy:
+    """`open_policy` from the options of `add_policy_arguments`, then torch's thread count from --threads."""
+    policy = open_policy(weights=args.weights, run=args.run, config=args.config, max_race_seconds=args.max_race_seconds)
+    torch.set_num_threads(args.threads)
+    return policy
+
+
+def describe_source(paths: CheckpointPaths) -> str:
+    """'<weights> with config <config>', saying when the config is the repository default."""
+    note = " (no config given or found beside the weights: the repository default)" if paths.config_is_default else ""
+    return f"{paths.weights} with config {paths.config}{note}"
+
+
+def make_eval_game(policy: GreedyPolicy):
+    """A game instance for the policy's config."""
+    return make_game_instance(policy.cfg, GAME_BACKEND)
+
+
+# --------------------------------------------------------------------------------------------------
+# Races
+# --------------------------------------------------------------------------------------------------
+# observer(step, frame, state_float, decision): called after every decision, with the game at the state
+# the network saw (watch.py reads the game's view from the env at that moment)
+Observer = Callable[[int, np.ndarray, np.ndarray, tuple], None]
+
+
+def eval_map_spec(seed: int) -> MapSpec:
+    return MapSpec(name=EVAL_MAP_NAME, seed=int(seed), is_explo=False, fill_buffer=False)
+
+
+def race_record(seed: int, end_race_stats: dict) -> dict:
+    """One race as a JSON-ready dict."""
+    finished = bool(end_race_stats["race_finished"])
+    return {
+        "kind": "race",
+        "seed": int(seed),
+        "finished": finished,
+        "race_time_s": end_race_stats["race_time"] / 1000 if finished else None,
+        "native_score": float(end_race_stats["native_score"]),
+        "progress_fraction": float(end_race_stats["progress_fraction"]),
+        "end_reason": end_race_stats["end_reason"],
+        "n_actions": int(end_race_stats["n_actions"]),
+        "game_time_s": end_race_stats["race_time_for_ratio"] / 1000,
+    }
+
+
+def play_race(game, policy: GreedyPolicy, seed: int, observer: Observer | None = None) -> dict:
+    """One greedy race on track `seed`: its record (see race_record). Raises GameCrashed if the game failed."""
+    spec = eval_map_spec(seed)
+    zone_centers = game.zone_centers_for(spec)
+    if observer is None:
+        acting = policy
+    else:
+        step = [0]
+
+        def acting(frame, state_float):
+            decision = policy(frame, state_float)
+            observer(step[0], frame, state_float, decision)
+            step[0] += 1
+            return decision
+
+    _, end_race_stats = game.rollout(acting, spec, zone_centers, lambda: None)
+    return race_record(seed, end_race_stats)
+
+
+def evaluate_seeds(game, policy: GreedyPolicy, seeds: Iterable[int], retries: int = 1) -> Iterator[dict]:
+    """Play each seed in turn and yield its record. A race whose game crashed is replayed (the game
+    rebuilds itself; races are deterministic) up to `retries` times, then GameCrashed propagates."""
+    for seed in seeds:
+        for attempt in range(retries + 1):
+            try:
+                record = play_race(game, policy, seed)
+                break
+            except GameCrashed as e:
+                if attempt == retries:
+                    raise
+                print(f"race on seed {seed} crashed, replaying it: {e}", file=sys.stderr)
+        yield record
+
+
+def summarise(records: list[dict]) -> dict:
+    """The summary of race records: counts, finished fraction, mean native score and progress, and the
+    mean race time of the finished races (None when none finished)."""
+    records = list(records)
+    n = len(records)
+    finished = [r for r in records if r["finished"]]
+    return {
+        "kind": "summary",
+        "races": n,
+        "finished": len(finished),
+        "finished_fraction": len(finished) / n if n else None,
+        "mean_native_score": float(np.mean([r["native_score"] for r in records])) if n else None,
+        "mean_race_time_s": float(np.mean([r["race_time_s"] for r in finished])) if finished else None,
+        "mean_progress_fraction": float(np.mean([r["progress_fraction"] for r in records])) if n else None,
+        "seeds": [r["seed"] for r in records],
+    }

@@ -1,0 +1,488 @@
+"""Gymnasium's CarRacing-v3 as a game instance (DESIGN §3.1-3.4, §4), headless.
+
+A map is a track seed. One action is held for `physics_steps_per_action` physics steps of 20 ms and the
+game renders once per action: CarRacing's `step()` renders on every call and rendering costs ~40x the
+physics, so the env used here skips the render inside `step()` and renders when asked. Everything else
+`step()` does (car controls, Box2D step, clock, native reward bookkeeping) is CarRacing's own code, so
+the physics, the native score and the rendered view are bit-identical to plain `env.step` calls
+(tests/test_car_racing.py checks it). Only the HUD bar, which frames leave out, can differ: `step()`
+draws its score digits before subtracting that step's 0.1, a render after the step draws them after.
+
+Car-frame conventions (Box2D's, see floats.py): a vector is given as (lateral, forward),
+lateral positive to the car's right; angles and angular velocity are counterclockwise-positive, so a
+positive steering angle or yaw rate means turning left.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+import cv2
+import numpy as np
+from gymnasium.envs.box2d import car_racing as gym_car_racing
+
+from trackmania_rl.config.loader import MS_PER_PHYSICS_STEP
+from trackmania_rl.games.base import ExplorationPolicy, GameCrashed, GameInstance, MapSpec
+from trackmania_rl.games.car_racing import floats as car_floats
+from trackmania_rl.games.car_racing.actions import action_tables
+from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size, track_centerline
+from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker, make_zone_centers
+
+MS_PER_STEP = MS_PER_PHYSICS_STEP["carracing"]  # Box2D runs at 50 steps per game second
+
+# CarRacing draws its HUD bar over the bottom 5/40 of its window (`_render_indicators`), so the top
+# 35/40 of any rendered image is the view of the track alone.
+ZONE_CENTERS_CACHE_SIZE = 256  # seeds; ~7 KB each
+
+END_FINISHED = "finished"
+END_LEFT_PLAYFIELD = "left_playfield"
+
+
+class _GameFailure(Exception):
+    """Internal: the game itself raised (its cause is the original exception)."""
+
+
+def validate_map_spec(map_spec) -> MapSpec:
+    """The map spec if it names a CarRacing track; a ValueError saying what is wrong otherwise."""
+    if not isinstance(map_spec, MapSpec):
+        raise ValueError(
+            f"unknown map spec {map_spec!r}: CarRacing expects a trackmania_rl.games.base.MapSpec(name, seed, is_explo, fill_buffer)"
+        )
+    if not isinstance(map_spec.name, str) or not map_spec.name:
+        raise ValueError(f"map spec {map_spec!r}: the name must be a non-empty string")
+    seed = map_spec.seed
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"map spec {map_spec!r}: the seed must be an integer >= 0 (a CarRacing track seed)")
+    if not isinstance(map_spec.is_explo, bool) or not isinstance(map_spec.fill_buffer, bool):
+        raise ValueError(f"map spec {map_spec!r}: is_explo and fill_buffer must be True or False")
+    return map_spec
+
+
+class CarRacingGameInstance(GameInstance):
+    """One CarRacing game driven one race at a time (DESIGN §3.1).
+
+    `rollout(exploration_policy, map, zone_centers, update_network)` plays the race of `map`
+    (a MapSpec; the seed picks the track) from a fresh reset and returns (rollout_results, end_race_stats).
+
+    Time: the state after reset is race time 0; each decision holds its action for
+    `physics_steps_per_action` physics steps of 20 ms (`cfg.ms_per_action`). At each decision point the
+    race first checks its cutoffs (overall duration, no new furthest zone), then builds the floats,
+    calls `update_network()` every `update_inference_network_every_n_actions` decisions (starting with
+    the first), renders the frame, asks the policy, and plays the action. Zones and the finish are
+    tracked after every physics step, so the finish time has 20 ms resolution. Leaving the playfield
+    ends the race as a cutoff. The race is finished when the car crosses the finish line, the line
+    through the start point perpendicular to the track, after one lap along the centerline (Gymnasium's
+    own lap flag is not used).
+
+    rollout_results, with A = number of decisions and F = A + 1 if the race finished, else F = A:
+    - state lists, F entries: `frames` (np.uint8 (1, H_downsized, W_downsized)), `state_float`
+      (np.float32 (layout.dim,), float 0 = 0.0), `car_gear_and_wheels` (np.float32, the floats of
+      segments CAR_STATE_FIRST..CAR_STATE_LAST), `current_zone_idx` (int),
+      `meters_advanced_along_centerline` (float);
+    - action lists, A entries: `actions` (int), `action_was_greedy` (bool), `q_values`
+      (np.float32 (n_actions,)), `input_w` (bool, accelerate pressed);
+    - entry A of the state lists, present only when finished, is the finish pseudo-step: the frame
+      and floats observed at the physics step where the finish was crossed, with
+      `current_zone_idx` = the first zone past the finish (M - n_zone_centers_extrapolate_after_end_of_map)
+      and `meters_advanced_along_centerline` = the finish distance (so distance_to_finish = 0);
+    - `furthest_zone_idx` (int, = max(current_zone_idx)); `race_time` (int ms, only when finished);
+      metadata `map_name`, `seed`, `is_explo`, `fill_buffer`.
+
+    end_race_stats: `race_finished`, `race_time` (ms; the overall cutoff constant when not finished,
+    like Linesight), `race_time_for_ratio` (game ms actually played), `cp_time_ms` (split times: 0, then
+    the times the car first passed 1/4, 2/4 and 3/4 of the lap and the finish), `value_starting_frame`,
+    `q_value_<i>_starting_frame`, `native_score` (the Gymnasium reward summed over the race),
+    `end_reason` ("finished", "left_playfield", "overall", "no_progress"), `left_playfield`,
+    `tiles_visited_fraction`, `progress_fraction` (furthest progress / lap length), `n_actions`, and the
+    collector-loop timings `instrumentation__<stage>` in ns per action for the stages reset, physics,
+    render, convert_frame, exploration_policy, update_network and bookkeeping (everything else: floats,
+    zones, lists); they add up to the rollout's wall time.
+
+    Errors: a bad map spec, zone centers of another track, a frame size CarRacing cannot draw or a
+    policy action outside the action set raise ValueError. If the game itself raises during a race,
+    the env is rebuilt and GameCrashed is raised (the collector drops the race; the next one works).
+    """
+
+    def __init__(self, cfg):
+        if cfg.game_backend != "carracing" or cfg.ms_per_action != cfg.physics_steps_per_action * MS_PER_STEP:
+            raise ValueError(
+                f"CarRacingGameInstance needs a config built for the 'carracing' backend, got {cfg.game_backend!r} "
+                f"(ms_per_action {cfg.ms_per_action})"
+            )
+        self.cfg = cfg
+        self.float_layout = car_floats.make_float_layout(cfg)
+        self.n_actions = len(cfg.inputs)
+        # per action: CarRacing's continuous control (steer, gas, brake), and its four flags as floats
+        self.controls, self._action_flag_lists = action_tables(cfg)
+        self._accelerates = [bool(a["accelerate"]) for a in cfg.inputs]
+        self.frame_shape = (1, cfg.H_downsized, cfg.W_downsized)
+        self._render_w, self._render_h = frame_render_size(cfg.H_downsized, cfg.W_downsized)
+        layout = self.float_layout
+        self._car_state_slice = layout.span(car_floats.CAR_STATE_FIRST, car_floats.CAR_STATE_LAST)
+        self._segment_names = layout.names()
+        if set(self._segment_names) != set(car_floats.SEGMENT_NAMES):
+            raise ValueError(f"the CarRacing float layout must have the segments {car_floats.SEGMENT_NAMES}, got {self._segment_names}")
+        self._lookahead_offsets = [k * cfg.one_every_n_zone_centers_in_inputs for k in range(cfg.n_zone_centers_in_inputs)]
+        self._zone_centers_cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.env = self._make_env()
+
+    # ----------------------------------------------------------------------------------------------
+    # Game management
+    # ----------------------------------------------------------------------------------------------
+    def _make_env(self) -> CarRacingEnv:
+        return CarRacingEnv(render_size=(self._render_w, self._render_h))
+
+    def _rebuild_env(self) -> None:
+        try:
+            self.env.close()
+        except Exception:  # the broken env may fail to close too; it is dropped either way
+            pass
+        self.env = self._make_env()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def update_config(self, cfg) -> None:
+        """Take a reloaded config between races (cutoffs, road_width, update period...). Settings that
+        shape frames, floats or actions are fixed for the life of the instance."""
+        fixed = (
+            "physics_steps_per_action",
+            "H_downsized",
+            "W_downsized",
+            "n_prev_actions_in_inputs",
+            "n_zone_centers_in_inputs",
+            "one_every_n_zone_centers_in_inputs",
+            "margin_to_announce_finish_meters",
+            "distance_between_checkpoints",
+            "n_zone_centers_extrapolate_before_start_of_map",
+            "n_zone_centers_extrapolate_after_end_of_map",
+            "temporal_mini_race_duration_ms",
+            "inputs",
+            "input_settings",
+        )
+        changed = [name for name in fixed if getattr(cfg, name) != getattr(self.cfg, name)]
+        if changed:
+            raise ValueError(f"config settings {changed} cannot change in a running CarRacingGameInstance")
+        self.cfg = cfg
+
+    def _reset(self, seed: int) -> None:
+        try:
+            self.env.reset(seed=seed)
+        except Exception as e:
+            raise _GameFailure() from e
+
+    def _physics_step(self, control: np.ndarray) -> tuple[float, bool]:
+        """One CarRacing step (physics + native reward, no render): (native reward, left the playfield)."""
+        try:
+            _, reward, terminated, _, info = self.env.step(control)
+        except Exception as e:
+            raise _GameFailure() from e
+        # terminated also fires when every tile was visited (Gymnasium's lap rule): not ours
+        return reward, terminated and info.get("lap_finished") is False
+
+    def _render(self) -> np.ndarray:
+        try:
+            return self.env.render_state_pixels()
+        except Exception as e:
+            raise _GameFailure() from e
+
+    def _crash(self, failure: _GameFailure, map_spec: MapSpec) -> GameCrashed:
+        """Rebuild the game after it raised; the error to raise (from the original cause)."""
+        self._rebuild_env()
+        return GameCrashed(
+            f"CarRacing raised {failure.__cause__!r} during the race of map {map_spec.name!r} (seed {map_spec.seed}); "
+            "the game was rebuilt and the race must be dropped"
+        )
+
+    # ----------------------------------------------------------------------------------------------
+    # Maps and zones
+    # ----------------------------------------------------------------------------------------------
+    def zone_centers_for(self, map_spec: MapSpec) -> np.ndarray:
+        """The (M, 2) zone centers of the map's track (cached per seed)."""
+        map_spec = validate_map_spec(map_spec)
+        seed = int(map_spec.seed)
+        if seed in self._zone_centers_cache:
+            self._zone_centers_cache.move_to_end(seed)
+        else:
+            try:
+                self._reset(seed)
+            except _GameFailure as failure:
+                raise self._crash(failure, map_spec) from failure.__cause__
+            cfg = self.cfg
+            self._zone_centers_cache[seed] = make_zone_centers(
+                track_centerline(self.env),
+                cfg.distance_between_checkpoints,
+                cfg.n_zone_centers_extrapolate_before_start_of_map,
+                cfg.n_zone_centers_extrapolate_after_end_of_map,
+            )
+            if len(self._zone_centers_cache) > ZONE_CENTERS_CACHE_SIZE:
+                self._zone_centers_cache.popitem(last=False)
+        return self._zone_centers_cache[seed].copy()
+
+    def _zone_geometry(self, zone_centers) -> ZoneGeometry:
+        centers = np.asarray(zone_centers)
+        if centers.ndim != 2 or centers.shape[1] != 2:
+            raise ValueError(f"CarRacing zone centers must be an (M, 2) array, got shape {centers.shape}")
+        return ZoneGeometry(
+            centers, self.cfg.n_zone_centers_extrapolate_before_start_of_map, self.cfg.n_zone_centers_extrapolate_after_end_of_map
+        )
+
+    def max_distance_to_zone_center(self) -> float:
+        """How far from a zone center the car may be for the zone to be entered (Linesight's rule)."""
+        return math.hypot(self.cfg.distance_between_checkpoints / 2, self.cfg.road_width / 2)
+
+    # ----------------------------------------------------------------------------------------------
+    # Observations
+    # ----------------------------------------------------------------------------------------------
+    def convert_frame(self, rgb: np.ndarray) -> np.ndarray:
+        """Rendered RGB view -> (1, H, W) uint8 grey frame: the rows above the HUD, in grey."""
+        _, height, width = self.frame_shape
+        if rgb.shape[:2] != (self._render_h, width):
+            raise ValueError(f"expected a {width} x {self._render_h} rendered view, got shape {rgb.shape}")
+        return cv2.cvtColor(rgb[:height], cv2.COLOR_RGB2GRAY)[None]
+
+    def state_float(self, geometry: ZoneGeometry, zone_idx: int, progress: float, previous_actions) -> np.ndarray:
+        """The float inputs (DESIGN §3.3) of the car's current state; float 0 (mini-race clock) is 0.
+
+        Plain Python floats gathered in layout order, converted to numpy once: right after a render the
+        CPU caches are cold and each numpy call on a tiny array then costs several microseconds (numpy
+        on the 16 centers ahead made this ~170 us; see docs/performance.md)."""
+        car = self.env.car
+        hull = car.hull
+        x, y = hull.position
+        cos_a, sin_a = math.cos(hull.angle), math.sin(hull.angle)
+        vx, vy = hull.linearVelocity
+        wheels = car.wheels
+        # car frame: lateral axis (cos, sin) = the car's right, forward axis (-sin, cos)
+        centers, last = geometry.center_tuples, geometry.n_zones - 1
+        ahead = []
+        for offset in self._lookahead_offsets:  # point-major (lateral, forward) of each center
+            cx, cy = centers[min(zone_idx + offset, last)]
+            dx, dy = cx - x, cy - y
+            ahead += (dx * cos_a + dy * sin_a, dy * cos_a - dx * sin_a)
+        to_finish = min(self.cfg.margin_to_announce_finish_meters, max(0.0, geometry.distance_to_finish(progress)))
+        values = {
+            car_floats.MINI_RACE_CLOCK: (0.0,),
+            car_floats.PREVIOUS_ACTIONS: [flag for action in previous_actions for flag in self._action_flag_lists[action]],
+            car_floats.VELOCITY: (vx * cos_a + vy * sin_a, vy * cos_a - vx * sin_a),  # (lateral, forward)
+            car_floats.ANGULAR_VELOCITY: (hull.angularVelocity,),
+            car_floats.STEERING_ANGLE: (wheels[0].joint.angle,),  # both front wheels steer together
+            car_floats.WHEEL_SPEEDS: [w.omega for w in wheels],
+            car_floats.WHEELS_ON_ROAD: [1.0 if w.tiles else 0.0 for w in wheels],  # touching a road tile
+            car_floats.ZONE_CENTERS_AHEAD: ahead,
+            car_floats.DISTANCE_TO_FINISH: (to_finish,),
+        }
+        return np.array([v for name in self._segment_names for v in values[name]], dtype=np.float32)
+
+    def world_to_frame(self, points) -> np.ndarray:
+        """(row, col) in the network's frame of world points, for the current car pose and camera zoom
+        (CarRacing's own camera transform, then its vertical flip and rescale; the HUD is below)."""
+        env = self.env
+        points = np.atleast_2d(np.asarray(points, dtype=np.float64))
+        scale = gym_car_racing.SCALE
+        zoom = 0.1 * scale * max(1 - env.t, 0) + gym_car_racing.ZOOM * scale * min(env.t, 1)
+        rotation = -env.car.hull.angle
+        rel = points - np.asarray(env.car.hull.position)
+        c, s = math.cos(rotation), math.sin(rotation)
+        surface_x = (rel[:, 0] * c - rel[:, 1] * s) * zoom + gym_car_racing.WINDOW_W / 2
+        surface_y = (rel[:, 0] * s + rel[:, 1] * c) * zoom + gym_car_racing.WINDOW_H / 4
+        flipped_y = gym_car_racing.WINDOW_H - surface_y
+        _, height, width = self.frame_shape
+        cols = surface_x * width / gym_car_racing.WINDOW_W
+        rows = flipped_y * self._render_h / gym_car_racing.WINDOW_H
+        return np.stack([rows, cols], axis=1)
+
+    # ----------------------------------------------------------------------------------------------
+    # The race
+    # ----------------------------------------------------------------------------------------------
+    def rollout(
+        self,
+        exploration_policy: ExplorationPolicy,
+        map: MapSpec,
+        zone_centers: np.ndarray,
+        update_network: Callable[[], None],
+    ) -> tuple[dict, dict]:
+        map_spec = validate_map_spec(map)
+        geometry = self._zone_geometry(zone_centers)
+        try:
+            return self._play(exploration_policy, map_spec, geometry, update_network)
+        except _GameFailure as failure:
+            raise self._crash(failure, map_spec) from failure.__cause__
+
+    def _play(self, exploration_policy, map_spec: MapSpec, geometry: ZoneGeometry, update_network) -> tuple[dict, dict]:
+        cfg = self.cfg
+        clock = time.perf_counter_ns
+        timings = dict.fromkeys(("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network"), 0)
+        t_start = clock()
+        self._reset(int(map_spec.seed))
+        timings["reset"] = clock() - t_start
+        env = self.env
+        start = np.asarray(env.track[0][2:4])
+        if not np.allclose(geometry.centers[geometry.start_zone_idx], start, atol=1e-6):
+            raise ValueError(
+                f"the zone centers do not belong to map {map_spec.name!r}: its seed {map_spec.seed} starts at {start}, "
+                f"zone center {geometry.start_zone_idx} is {geometry.centers[geometry.start_zone_idx]}"
+            )
+
+        tracker = ZoneTracker(geometry, self.max_distance_to_zone_center())
+        hull = env.car.hull
+        n_prev = cfg.n_prev_actions_in_inputs
+        previous_actions = [0] * n_prev  # before the start: action 0, like Linesight
+        lap = geometry.lap_length()
+        split_distances = [geometry.start_distance + lap * q / 4 for q in (1, 2, 3)]
+        cp_time_ms = [0]
+        furthest_progress = tracker.progress
+        results = {
+            key: []
+            for key in (
+                "frames",
+                "state_float",
+                "car_gear_and_wheels",
+                "current_zone_idx",
+                "meters_advanced_along_centerline",
+                "actions",
+                "action_was_greedy",
+                "q_values",
+                "input_w",
+            )
+        }
+        stats = {}
+        overall_cutoff = cfg.cutoff_rollout_if_race_not_finished_within_duration_ms
+        no_progress_cutoff = cfg.cutoff_rollout_if_no_vcp_passed_within_duration_ms
+        steps_per_action = cfg.physics_steps_per_action
+        update_every = cfg.update_inference_network_every_n_actions
+        physics_steps = 0
+        native_score = 0.0
+        left_playfield = False
+        end_reason = None
+
+        while True:
+            time_ms = physics_steps * MS_PER_STEP
+            end_reason = tracker.cutoff_reason(time_ms, overall_cutoff, no_progress_cutoff)
+            if end_reason is not None:
+                break
+            # the floats before the render: they read only the car's state, which the render leaves as it
+            # is, and before the render the CPU caches still hold it (~170 -> ~50 us per action); the
+            # network update too, as it does not need the frame
+            state_float = self.state_float(geometry, tracker.current_zone_idx, tracker.progress, previous_actions)
+            n_actions_done = len(results["actions"])
+            if n_actions_done % update_every == 0:
+                t0 = clock()
+                update_network()
+                timings["update_network"] += clock() - t0
+            t0 = clock()
+            rgb = self._render()
+            t1 = clock()
+            frame = self.convert_frame(rgb)
+            t2 = clock()
+            timings["render"] += t1 - t0
+            timings["convert_frame"] += t2 - t1
+            t0 = clock()
+            decision = exploration_policy(frame, state_float)
+            timings["exploration_policy"] += clock() - t0
+            action, was_greedy, value, q_values = self._check_decision(decision)
+
+            results["frames"].append(frame)
+            results["state_float"].append(state_float)
+            results["car_gear_and_wheels"].append(state_float[self._car_state_slice].copy())
+            results["current_zone_idx"].append(tracker.current_zone_idx)
+            results["meters_advanced_along_centerline"].append(tracker.progress)
+            results["actions"].append(action)
+            results["action_was_greedy"].append(was_greedy)
+            results["q_values"].append(q_values)
+            results["input_w"].append(self._accelerates[action])
+            if n_actions_done == 0:
+                stats["value_starting_frame"] = value
+                for i, q in enumerate(q_values.tolist()):
+                    stats[f"q_value_{i}_starting_frame"] = q
+            if n_prev:
+                previous_actions = previous_actions[1:] + [action]
+
+            control = self.controls[action]
+            for _ in range(steps_per_action):
+                t0 = clock()
+                reward, left_playfield = self._physics_step(control)
+                timings["physics"] += clock() - t0
+                native_score += reward
+                physics_steps += 1
+                progress = tracker.update(tuple(hull.position), physics_steps * MS_PER_STEP)
+                if progress > furthest_progress:
+                    furthest_progress = progress
+                    while len(cp_time_ms) <= len(split_distances) and progress >= split_distances[len(cp_time_ms) - 1]:
+                        cp_time_ms.append(physics_steps * MS_PER_STEP)
+                if tracker.finished or left_playfield:
+                    break
+            if tracker.finished:
+                end_reason = END_FINISHED
+                self._append_finish_pseudo_step(results, geometry, previous_actions, timings)
+                break
+            if left_playfield:
+                end_reason = END_LEFT_PLAYFIELD
+                break
+
+        finished = end_reason == END_FINISHED
+        played_ms = physics_steps * MS_PER_STEP
+        if finished:
+            cp_time_ms.append(played_ms)
+            results["race_time"] = played_ms
+        results["furthest_zone_idx"] = max(results["current_zone_idx"])
+        results.update(map_name=map_spec.name, seed=int(map_spec.seed), is_explo=map_spec.is_explo, fill_buffer=map_spec.fill_buffer)
+
+        n_actions = len(results["actions"])
+        total_ns = clock() - t_start
+        timings["bookkeeping"] = total_ns - sum(timings.values())
+        stats.update(
+            race_finished=finished,
+            race_time=played_ms if finished else overall_cutoff,
+            race_time_for_ratio=played_ms,
+            cp_time_ms=cp_time_ms,
+            native_score=float(native_score),
+            end_reason=end_reason,
+            left_playfield=left_playfield,
+            tiles_visited_fraction=env.tile_visited_count / len(env.track),
+            progress_fraction=1.0 if finished else min(1.0, (furthest_progress - geometry.start_distance) / lap),
+            n_actions=n_actions,
+        )
+        for stage, ns in timings.items():
+            stats[f"instrumentation__{stage}"] = ns / n_actions
+        return results, stats
+
+    def _append_finish_pseudo_step(self, results: dict, geometry: ZoneGeometry, previous_actions, timings: dict) -> None:
+        """The state at the finish: real frame and floats, zone = first past the finish, progress = finish."""
+        clock = time.perf_counter_ns
+        t0 = clock()
+        rgb = self._render()
+        t1 = clock()
+        frame = self.convert_frame(rgb)
+        timings["render"] += t1 - t0
+        timings["convert_frame"] += clock() - t1
+        state_float = self.state_float(geometry, geometry.finish_zone_idx, geometry.finish_distance, previous_actions)
+        results["frames"].append(frame)
+        results["state_float"].append(state_float)
+        results["car_gear_and_wheels"].append(state_float[self._car_state_slice].copy())
+        results["current_zone_idx"].append(geometry.finish_zone_idx)
+        results["meters_advanced_along_centerline"].append(geometry.finish_distance)
+
+    def _check_decision(self, decision) -> tuple[int, bool, float, np.ndarray]:
+        try:
+            action, was_greedy, value, q_values = decision
+        except (TypeError, ValueError):
+            raise ValueError(f"exploration_policy must return (action, action_was_greedy, value, q_values), got {decision!r}") from None
+        try:
+            valid = not isinstance(action, (bool, np.bool_)) and 0 <= operator.index(action) < self.n_actions
+        except TypeError:
+            valid = False
+        if not valid:
+            raise ValueError(
+                f"exploration_policy returned action {action!r}, outside the action set range({self.n_actions}) "
+                "of config_files/inputs_list.py"
+            )
+        q_values = np.array(q_values, dtype=np.float32)
+        if q_values.shape != (self.n_actions,):
+            raise ValueError(f"exploration_policy returned q_values of shape {q_values.shape}, expected ({self.n_actions},)")
+        return operator.index(action), bool(was_greedy), float(value), q_values

@@ -1,0 +1,274 @@
+"""The learner (DESIGN §2, §3.6): rollouts in, transitions stored, batches trained, weights published.
+
+It runs in the main process. `Learner` holds the networks, buffers, counters and logs; `scripts/train.py`
+drives it: take a rollout off a queue, `ingest` it, `train` while the replay-ratio credit lasts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trackmania_rl.agents import schedules
+from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
+from trackmania_rl.learner import checkpoint as ckpt
+from trackmania_rl.learner.run_stats import RunStats
+from trackmania_rl.replay.buffers import load_buffer, make_buffers, resize_buffers, save_buffer
+from trackmania_rl.replay.experience import fill_buffers
+from trackmania_rl.rollouts.contract import InvalidRollout, validate_rollout
+
+WEIGHTS_ONLINE = "weights_online.torch"
+WEIGHTS_TARGET = "weights_target.torch"
+OPTIMIZER = "optimizer.torch"
+SCALER = "scaler.torch"
+STATS = "stats.json"
+CONFIG_COPY = "config_copy.py"
+BUFFER = "buffer"
+BUFFER_TEST = "buffer_test"
+TRAINING_WINDOW_KEYS = ("loss", "loss_test", "grad_norm", "q_mean")
+
+
+class Learner:
+    def __init__(self, live_config, layout, device, run_dir: Path, shared_network=None, logger=None, log=print, resume=True, seed=444):
+        self.live = live_config
+        self.cfg = live_config.current
+        self.layout = layout
+        self.device = device
+        self.run_dir = Path(run_dir)
+        self.shared_network = shared_network
+        self.logger = logger
+        self.log = log
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        self.n_actions = len(self.cfg.inputs)
+        self.frame_shape = (1, self.cfg.H_downsized, self.cfg.W_downsized)
+
+        self.stats = RunStats()
+        self.online = make_network(self.cfg, layout, self.n_actions, device)
+        self.target = make_network(self.cfg, layout, self.n_actions, device)
+        self.target.load_state_dict(self.online.state_dict())
+        self.optimizer = make_optimizer(self.online, self.cfg, self.schedules()["lr"])
+        self.trainer = Trainer(self.online, self.target, self.optimizer, self.cfg, device)
+        capacity, self.memory_start_learn = self._memory_size()
+        self.buffer, self.buffer_test = make_buffers(self.cfg, layout, capacity, device=device, rng=self.rng)
+        if resume:
+            self._resume()
+        if self.shared_network is not None:
+            self.shared_network.set_version(self.stats.policy_version)
+            self.stats.policy_version = self.shared_network.publish(self.online)
+
+        # windows for the periodic aggregate logs
+        self.window = defaultdict(list)
+        self.window_start = time.perf_counter()
+        self.window_time = defaultdict(float)
+        self.last_save_time = time.perf_counter()
+        self.start_time = time.perf_counter()
+        self.wall_seconds_at_start = self.stats.wall_seconds
+
+    # ----------------------------------------------------------------------------------------- state
+    def _memory_size(self) -> tuple[int, int]:
+        capacity, start_learn = schedules.staircase(self.cfg.memory_size_schedule, self.stats.frames_played)
+        return int(capacity), int(start_learn)
+
+    def schedules(self) -> dict:
+        return schedules.values_at(self.cfg, self.stats.frames_played)
+
+    def _resume(self) -> None:
+        folder = ckpt.find_checkpoint(self.run_dir)
+        if folder is None:
+            return
+        # Any failure here stops the start: silently continuing from a fresh network with late-stage
+        # schedules would waste the run (Linesight's bare-except weakness).
+        self.stats = RunStats.from_json(ckpt.load_json(folder, STATS))
+        try:
+            self.online.load_state_dict(ckpt.load_torch(folder, WEIGHTS_ONLINE, self.device))
+            self.target.load_state_dict(ckpt.load_torch(folder, WEIGHTS_TARGET, self.device))
+            self.optimizer.load_state_dict(ckpt.load_torch(folder, OPTIMIZER, self.device))
+            if (folder / SCALER).exists():
+                self.trainer.scaler.load_state_dict(ckpt.load_torch(folder, SCALER))
+            capacity, self.memory_start_learn = self._memory_size()
+            resize_buffers(self.buffer, self.buffer_test, self.cfg, capacity)
+            load_buffer(self.buffer, folder / BUFFER)
+            load_buffer(self.buffer_test, folder / BUFFER_TEST)
+        except (RuntimeError, KeyError, ValueError) as e:  # shapes or entries that do not match this config
+            raise ckpt.CheckpointError(
+                f"checkpoint {folder} does not fit the current config ({e}); start with --fresh or restore the run's config"
+            ) from None
+        self.log(
+            f"resumed from {folder}: {self.stats.frames_played} frames, {self.stats.batches_done} batches, "
+            f"buffer {len(self.buffer)} + test {len(self.buffer_test)} transitions, policy version {self.stats.policy_version}"
+        )
+
+    def save(self) -> Path:
+        self.stats.wall_seconds = self.wall_seconds_at_start + (time.perf_counter() - self.start_time)
+        config_text = Path(self.live.path).read_text() if Path(self.live.path).exists() else ""
+        writers = {
+            WEIGHTS_ONLINE: ckpt.torch_writer(self.online.state_dict()),
+            WEIGHTS_TARGET: ckpt.torch_writer(self.target.state_dict()),
+            OPTIMIZER: ckpt.torch_writer(self.optimizer.state_dict()),
+            SCALER: ckpt.torch_writer(self.trainer.scaler.state_dict()),
+            STATS: ckpt.json_writer(self.stats.to_json()),
+            CONFIG_COPY: lambda path: path.write_text(config_text),
+            BUFFER: lambda path: save_buffer(self.buffer, path),
+            BUFFER_TEST: lambda path: save_buffer(self.buffer_test, path),
+        }
+        folder = ckpt.save_checkpoint(self.run_dir, writers)
+        self.last_save_time = time.perf_counter()
+        self.log(
+            f"checkpoint saved to {folder}: {self.stats.frames_played} frames, {self.stats.batches_done} batches, "
+            f"buffer {len(self.buffer)} + test {len(self.buffer_test)} transitions"
+        )
+        return folder
+
+    def save_due(self) -> bool:
+        return time.perf_counter() - self.last_save_time >= self.cfg.save_frequency_s
+
+    # ---------------------------------------------------------------------------------------- config
+    def apply_config(self) -> None:
+        """Pick up a reloaded config: hyper-parameters, and buffer growth from the memory schedule."""
+        self.cfg = self.live.current
+        capacity, start_learn = self._memory_size()
+        if capacity > self.buffer.capacity:
+            self.log(f"replay buffer grows to {capacity} transitions")
+            resize_buffers(self.buffer, self.buffer_test, self.cfg, capacity)
+        self.memory_start_learn = start_learn
+        self.trainer.cfg = self.cfg
+        set_optimizer_hyperparameters(self.optimizer, self.cfg, self.schedules()["lr"])
+        self.buffer.update_config(self.cfg)
+        self.buffer_test.update_config(self.cfg)
+
+    # ------------------------------------------------------------------------------------ rollouts in
+    def ingest(self, rollout_results: dict, end_race_stats: dict, meta: dict) -> dict:
+        """Account, log and (if the map fills the buffer) store one race. Returns what was done.
+
+        A rollout that breaks the contract is refused with a log line and nothing is stored.
+        """
+        start = time.perf_counter()
+        gamma = self.schedules()["gamma"]
+        try:
+            validate_rollout(rollout_results, self.frame_shape, self.layout.dim, self.n_actions)
+            stored = (0, 0)
+            if meta.get("fill_buffer", True):  # raises before touching either buffer
+                stored = fill_buffers(rollout_results, self.buffer, self.buffer_test, self.cfg, self.layout, gamma, self.rng)
+        except InvalidRollout as e:
+            self.stats.rollouts_rejected += 1
+            self.log(f"rollout from collector {meta.get('collector')} on {meta.get('map_name')} seed {meta.get('seed')} refused: {e}")
+            return {"rejected": str(e)}
+        n_train, n_test = stored
+        n_frames = len(rollout_results["actions"])
+        self.stats.frames_played += n_frames
+        self.stats.races += 1
+        self.stats.races_finished += int(bool(end_race_stats.get("race_finished")))
+        self.stats.memories_generated += n_train + n_test
+        self.stats.single_memories_should_have_been_used += self.cfg.number_times_single_memory_is_used_before_discard * n_train
+        ingest_s = time.perf_counter() - start
+        self._log_race(rollout_results, end_race_stats, meta, ingest_s)
+        return {"n_train": n_train, "n_test": n_test, "ingest_s": ingest_s, "frames": n_frames}
+
+    def _log_race(self, rollout_results, end_race_stats, meta, ingest_s) -> None:
+        kind = f"{'explo' if meta.get('is_explo') else 'eval'}_{meta.get('map_status', 'trained')}"
+        finished = bool(end_race_stats.get("race_finished"))
+        race_time_ms = end_race_stats.get("race_time", 0)
+        map_name = meta.get("map_name", "?")
+        if finished:
+            best = self.stats.best_race_time_ms.get(map_name)
+            if best is None or race_time_ms < best:
+                self.stats.best_race_time_ms[map_name] = int(race_time_ms)
+        if not meta.get("is_explo"):
+            self.stats.latest_eval_native_score[meta.get("map_status", "trained")] = float(end_race_stats.get("native_score", 0.0))
+        if rollout_results["q_values"]:
+            self.window["q_mean"].append(float(np.mean(np.max(np.stack(rollout_results["q_values"]), axis=1))))
+        versions = rollout_results.get("policy_version") or [self.stats.policy_version]
+        self.stats.newest_policy_version_acted = max(self.stats.newest_policy_version_acted, int(max(versions)))
+        policy_lag = self.stats.policy_version - float(np.mean(versions))
+        self.window["policy_lag_versions"].append(policy_lag)
+        self.window["ingest_ms"].append(1000 * ingest_s)
+        self.window["race_time_ratio"].append(
+            end_race_stats.get("race_time_for_ratio", 0) / 1000 / max(1e-9, meta.get("rollout_duration_s", 1e-9))
+        )
+        if "put_time" in meta:
+            self.window["queue_wait_ms"].append(1000 * max(0.0, time.time() - meta["put_time"]))
+        for key, value in end_race_stats.items():
+            if key.startswith("instrumentation__"):
+                self.window[f"collector_{key[len('instrumentation__') :]}_ns_per_action"].append(value)
+        if self.logger is None:
+            return
+        self.logger.race(
+            kind,
+            {
+                "race_time_s": race_time_ms / 1000,
+                "finished": float(finished),
+                "native_score": end_race_stats.get("native_score", 0.0),
+                "furthest_zone": rollout_results["furthest_zone_idx"],
+                "progress_fraction": end_race_stats.get("progress_fraction", 0.0),
+            },
+            self.stats.frames_played,
+        )
+
+    # -------------------------------------------------------------------------------------- training
+    def can_train(self) -> bool:
+        credit = self.stats.single_memories_should_have_been_used - self.stats.single_memories_used
+        return len(self.buffer) >= max(1, self.memory_start_learn) and credit >= self.cfg.batch_size
+
+    def train(self, max_seconds: float) -> int:
+        """Train batches while the replay-ratio credit lasts, for at most `max_seconds`. Returns batches done."""
+        deadline = time.perf_counter() + max_seconds
+        done = 0
+        cfg = self.cfg
+        while self.can_train() and time.perf_counter() < deadline:
+            start = time.perf_counter()
+            if len(self.buffer_test) > 0 and self.rng.random() < cfg.buffer_test_ratio:
+                loss, _ = self.trainer.train_on_batch(self.buffer_test, do_learn=False)
+                self.window["loss_test"].append(loss)
+                self.stats.test_batches_done += 1
+                self.window_time["testing"] += time.perf_counter() - start
+                continue
+            loss, grad_norm = self.trainer.train_on_batch(self.buffer, do_learn=True)
+            self.window["loss"].append(loss)
+            if math.isfinite(grad_norm):
+                self.window["grad_norm"].append(grad_norm)
+            self.stats.single_memories_used += cfg.batch_size
+            self.stats.batches_done += 1
+            done += 1
+            if self.stats.single_memories_used >= self.stats.next_target_network_update_at:
+                self.stats.next_target_network_update_at += cfg.number_memories_trained_on_between_target_network_updates
+                self.trainer.soft_update_target(cfg.soft_update_tau)
+                self.stats.target_network_updates += 1
+            if self.shared_network is not None and self.stats.batches_done % cfg.send_shared_network_every_n_batches == 0:
+                self.stats.policy_version = self.shared_network.publish(self.online)
+            elapsed = time.perf_counter() - start
+            self.window_time["training"] += elapsed
+            self.stats.training_seconds += elapsed
+        return done
+
+    def note_waiting(self, seconds: float) -> None:
+        self.window_time["waiting"] += seconds
+
+    # --------------------------------------------------------------------------------------- logging
+    def log_aggregates(self) -> None:
+        """Write the windowed training and pipeline scalars, then start a new window."""
+        elapsed = max(1e-9, time.perf_counter() - self.window_start)
+        step = self.stats.frames_played
+        if self.logger is not None:
+            training = {k: float(np.mean(v)) for k, v in self.window.items() if v and k in TRAINING_WINDOW_KEYS}
+            training.update(self.schedules())
+            training["batches_done"] = self.stats.batches_done
+            training["buffer_size"] = len(self.buffer)
+            training["buffer_test_size"] = len(self.buffer_test)
+            self.logger.scalars("training", training, step)
+            pipeline = {k: float(np.mean(v)) for k, v in self.window.items() if v and k not in TRAINING_WINDOW_KEYS}
+            pipeline["learner_waiting_percent"] = 100 * self.window_time["waiting"] / elapsed
+            pipeline["learner_training_percent"] = 100 * (self.window_time["training"] + self.window_time["testing"]) / elapsed
+            pipeline["transitions_learned_per_s"] = len(self.window["loss"]) * self.cfg.batch_size / elapsed
+            pipeline["collector_restarts"] = self.stats.collector_restarts
+            self.logger.scalars("pipeline", pipeline, step)
+            self.logger.flush()
+        self.window = defaultdict(list)
+        self.window_time = defaultdict(float)
+        self.window_start = time.perf_counter()

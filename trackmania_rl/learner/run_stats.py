@@ -1,0 +1,35 @@
+"""The counters of a run, persisted in every checkpoint as plain JSON (DESIGN §3.6)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+
+@dataclass
+class RunStats:
+    frames_played: int = 0  # actions taken by all collectors, every race counted; drives the schedules
+    races: int = 0
+    races_finished: int = 0
+    memories_generated: int = 0  # transitions stored (train + test)
+    single_memories_used: int = 0  # transitions sampled for training batches
+    single_memories_should_have_been_used: float = 0.0  # replay-ratio credit
+    batches_done: int = 0
+    test_batches_done: int = 0
+    target_network_updates: int = 0
+    next_target_network_update_at: int = 0  # in single_memories_used
+    policy_version: int = 0  # of the shared network, +1 at every publication
+    newest_policy_version_acted: int = 0  # newest version a collector reported acting with
+    training_seconds: float = 0.0
+    wall_seconds: float = 0.0  # time the learner ran, summed over resumes
+    rollouts_rejected: int = 0
+    collector_restarts: int = 0
+    best_race_time_ms: dict = field(default_factory=dict)  # per map name, finished races only
+    latest_eval_native_score: dict = field(default_factory=dict)  # per map status ("trained"/"blind")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunStats:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

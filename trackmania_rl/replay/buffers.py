@@ -1,0 +1,187 @@
+"""Replay buffers: torchrl `ReplayBuffer`s over a frame-once storage, the mini-race transform, samplers (DESIGN §3.5, §5).
+
+Layout (`TransitionStorage`, all preallocated torch tensors, FIFO):
+- a ring of *states* (frame uint8 (1, H, W), floats (D,), potential), each written once, addressed by a
+  global state id (slot = id % state_capacity);
+- a ring of *transitions* (ids of its state and next state, action, n, rewards[N], gammas[N],
+  terminal_actions).
+A transition's next state is usually the state of a later transition, so one frame per transition is
+stored, plus a few at the ends of train/test runs and of races. The state ring has `state_slack` more room
+than the transition ring; if it fills first, the oldest transitions are evicted with their states
+(FIFO order is kept either way). Sampling gathers with `index_select` (much faster than `tensor[idx]` on
+uint8 frames) and the mini-race transform is vectorised over the batch.
+
+Batches (dicts of tensors on the trainer's device) hold `state_img` / `next_state_img` uint8 (B, 1, H, W) --
+images stay uint8 and the network maps them to [-1, 1) itself --, `state_float` / `next_state_float`
+(B, D) float32 with the mini-race clock set, `action` int64, `reward` float32 (shaped), `gamma_eff`
+float32 (0 when terminal), `terminal` bool, `mini_race_clock` int64, `n_steps` int64, `index` int64
+(storage slots, for priority updates) and, from a prioritized buffer, `weight` float32 (importance weights,
+max 1).
+
+Save/load is plain data: `torch.save` of tensors and ints, read back with `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torchrl.data import ReplayBuffer
+from torchrl.data.replay_buffers.samplers import Sampler
+
+from trackmania_rl.games.float_layout import FloatLayout
+from trackmania_rl.replay.mini_race import MiniRaceTransform
+from trackmania_rl.replay.samplers import PrioritizedSampler, UniformSampler
+from trackmania_rl.replay.storage import TEST_STATE_SLACK, TRAIN_STATE_SLACK, TransitionStorage, TransitionWriter
+from trackmania_rl.serialization import atomic_torch_save, safe_torch_load
+
+BUFFER_FILE_FORMAT = "trackmania_rl.transition_replay_buffer/1"
+
+
+class TransitionReplayBuffer(ReplayBuffer):
+    """A torchrl ReplayBuffer of `Experience` transitions with the mini-race transform.
+
+    `extend(experience)` appends; `sample_batch()` returns the batch dict of the module docstring;
+    `update_priority(index, priority)` (prioritized sampler only); `resize(capacity)` keeps content and FIFO
+    order; `update_config(cfg)` pushes hot-reloadable settings (mini-race oversampling, prio alpha/beta/eps).
+    """
+
+    def __init__(self, *, storage: TransitionStorage, sampler: Sampler, transform: MiniRaceTransform, batch_size: int):
+        super().__init__(storage=storage, sampler=sampler, writer=TransitionWriter(), collate_fn=transform, batch_size=batch_size)
+        self.mini_race_transform = transform
+
+    @property
+    def capacity(self) -> int:
+        return self.storage.capacity
+
+    @property
+    def prioritized(self) -> bool:
+        return isinstance(self.sampler, PrioritizedSampler)
+
+    def sample_batch(self, batch_size: int | None = None) -> dict:
+        data, info = self.sample(batch_size, return_info=True)
+        data["index"] = info["index"]
+        if "_weight" in info:
+            data["weight"] = info["_weight"].to(self.mini_race_transform.device)
+        return data
+
+    def resize(self, capacity: int) -> None:
+        with self._replay_lock:
+            if int(capacity) == self.storage.capacity:
+                return
+            kept = self.storage.resize(int(capacity))
+            self.sampler.resize(int(capacity), kept)
+
+    def update_config(self, cfg) -> None:
+        self.mini_race_transform.update_config(cfg)
+        self.sampler.update_config(cfg)
+
+    def nbytes(self) -> int:
+        """Replay memory held: storage tensors plus the sampler's tree."""
+        tree = getattr(self.sampler, "tree", None)
+        return self.storage.nbytes() + (tree.tree.nbytes if tree is not None else 0)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": BUFFER_FILE_FORMAT,
+            "storage": self.storage.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "writer": self._writer.state_dict(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("format") != BUFFER_FILE_FORMAT:
+            raise ValueError(f"not a saved transition replay buffer (format {state_dict.get('format')!r})")
+        with self._replay_lock:
+            kept = self.storage.load_state_dict(state_dict["storage"])
+            saved_sampler = state_dict["sampler"]
+            if isinstance(self.sampler, PrioritizedSampler) and "leaves" in saved_sampler:
+                self.sampler.load_state_dict(saved_sampler, kept)
+            else:  # saved without priorities (or loaded into a uniform buffer): fresh priorities
+                self.sampler._empty()
+                self.sampler.extend(torch.arange(len(self.storage)))
+            self._writer.load_state_dict(state_dict.get("writer", {}))
+
+    def dumps(self, path) -> None:
+        """torchrl's directory API, in this buffer's single-file format: `path`/buffer.pt."""
+        save_buffer(self, Path(path) / "buffer.pt")
+
+    def loads(self, path) -> None:
+        load_buffer(self, Path(path) / "buffer.pt")
+
+
+def save_buffer(buffer: TransitionReplayBuffer, path: str | Path) -> None:
+    """Write the buffer's content (and priorities) to one file, atomically (temp file + rename)."""
+    atomic_torch_save(buffer.state_dict(), path)
+
+
+def load_buffer(buffer: TransitionReplayBuffer, path: str | Path) -> None:
+    """Replace the buffer's content with a saved one (plain tensors, read with weights_only=True).
+
+    The saved buffer may have another capacity: the newest transitions that fit are kept, in FIFO order.
+    """
+    buffer.load_state_dict(safe_torch_load(path))
+
+
+def make_buffer(
+    cfg,
+    layout: FloatLayout,
+    capacity: int,
+    *,
+    device: torch.device | str = "cpu",
+    prioritized: bool | None = None,
+    batch_size: int | None = None,
+    rng: np.random.Generator | None = None,
+    state_slack: float = TRAIN_STATE_SLACK,
+) -> TransitionReplayBuffer:
+    """One buffer. `prioritized` defaults to cfg.prio_alpha > 0; `rng` drives sampling and mini-race clocks."""
+    rng = rng if rng is not None else np.random.default_rng()
+    storage = TransitionStorage(capacity, (1, cfg.H_downsized, cfg.W_downsized), layout.dim, cfg.n_steps, state_slack=state_slack)
+    if prioritized is None:
+        prioritized = cfg.prio_alpha > 0
+    sampler_rng, transform_rng = rng.spawn(2)
+    if prioritized:
+        sampler = PrioritizedSampler(storage, cfg.prio_alpha, cfg.prio_beta, cfg.prio_epsilon, rng=sampler_rng)
+    else:
+        sampler = UniformSampler(rng=sampler_rng)
+    transform = MiniRaceTransform(cfg, layout, device=device, rng=transform_rng)
+    return TransitionReplayBuffer(storage=storage, sampler=sampler, transform=transform, batch_size=batch_size or cfg.batch_size)
+
+
+def capacity_of_test_buffer(cfg, capacity: int) -> int:
+    return max(1, int(capacity * cfg.buffer_test_ratio))
+
+
+def make_buffers(
+    cfg,
+    layout: FloatLayout,
+    capacity: int,
+    *,
+    device: torch.device | str = "cpu",
+    prioritized: bool | None = None,
+    batch_size: int | None = None,
+    rng: np.random.Generator | None = None,
+) -> tuple[TransitionReplayBuffer, TransitionReplayBuffer]:
+    """(buffer, buffer_test): the test buffer holds capacity x buffer_test_ratio transitions."""
+    rng = rng if rng is not None else np.random.default_rng()
+    train_rng, test_rng = rng.spawn(2)
+    buffer = make_buffer(cfg, layout, capacity, device=device, prioritized=prioritized, batch_size=batch_size, rng=train_rng)
+    buffer_test = make_buffer(
+        cfg,
+        layout,
+        capacity_of_test_buffer(cfg, capacity),
+        device=device,
+        prioritized=prioritized,
+        batch_size=batch_size,
+        rng=test_rng,
+        state_slack=TEST_STATE_SLACK,
+    )
+    return buffer, buffer_test
+
+
+def resize_buffers(buffer: TransitionReplayBuffer, buffer_test: TransitionReplayBuffer, cfg, capacity: int) -> None:
+    """Follow memory_size_schedule: new capacities, content and FIFO order kept (the newest part when shrinking)."""
+    buffer.resize(capacity)
+    buffer_test.resize(capacity_of_test_buffer(cfg, capacity))

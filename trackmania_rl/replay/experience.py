@@ -1,0 +1,287 @@
+"""From one rollout to replay transitions: the n-step rule, rewards, shaping potentials, test split (DESIGN §3.5).
+
+Rollout contract (DESIGN §3.2, decided for this project): per-state lists with F entries (`frames` uint8
+(1, H, W), `state_float` float32 (D,), `meters_advanced_along_centerline`, `current_zone_idx`,
+`car_gear_and_wheels`) and per-action lists with A >= F - 1 entries (`actions`, `action_was_greedy`,
+`q_values`, `input_w`). When the race was finished, `race_time` (ms) is present and state F-1 is the finish
+pseudo-state (real frame and floats at the finish line, always terminal, potential 0). Transitions are built
+for i = 0 .. F-2 in both cases.
+
+For transition i (gamma = the learner's current gamma, N = cfg.n_steps):
+- n = min(N, F-1-i), cut to reach exactly the first non-greedy action after i when
+  `discard_non_greedy_actions_in_nsteps` (the action at i itself may be exploratory);
+- rewards[j] = sum_{k<=j} gamma^k r_{i+k+1} for j < n (0 beyond: never read), r_{k+1} the reward of the
+  step from state k to k+1 (`step_rewards`);
+- gammas[j] = gamma^(j+1);
+- terminal_actions = F-1-i when the race was finished (steps left to the finish), else +inf;
+- next state = state i+n.
+Each state is stored once (`Experience` holds the states and, per transition, the index of its state and
+of its next state), which is what lets the replay storage keep one frame per transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from trackmania_rl.games.float_layout import FloatLayout
+from trackmania_rl.rollouts.contract import InvalidRollout  # one error type for broken rollouts
+
+STATE_KEYS = ("frames", "state_float", "meters_advanced_along_centerline")
+ACTION_KEYS = ("actions", "action_was_greedy")
+
+
+@dataclass
+class Experience:
+    """Transitions of one rollout (or a subset of them), struct-of-arrays; S states, T transitions.
+
+    States (each stored once): `frames` (S, 1, H, W) uint8, `state_float` (S, D) float32 with the clock
+    (float 0) left at 0, `potential` (S,) float32 = Phi(s).
+    Transitions, in rollout order: `state_index`, `next_state_index` (T,) int64 into the states (non-decreasing,
+    next > state), `action` (T,) int64, `n_steps` (T,) int64 >= 1, `rewards` and `gammas` (T, N) float32,
+    `terminal_actions` (T,) float32 (inf when the race was cut off).
+    """
+
+    frames: np.ndarray
+    state_float: np.ndarray
+    potential: np.ndarray
+    state_index: np.ndarray
+    next_state_index: np.ndarray
+    action: np.ndarray
+    n_steps: np.ndarray
+    rewards: np.ndarray
+    gammas: np.ndarray
+    terminal_actions: np.ndarray
+
+    STATE_FIELDS = ("frames", "state_float", "potential")
+    TRANSITION_FIELDS = ("state_index", "next_state_index", "action", "n_steps", "rewards", "gammas", "terminal_actions")
+
+    def __len__(self) -> int:
+        return len(self.action)
+
+    @property
+    def n_states(self) -> int:
+        return len(self.frames)
+
+    def select(self, keep) -> Experience:
+        """The transitions picked by a boolean mask or by increasing indices, with only the states they use."""
+        keep = np.asarray(keep)
+        idx = np.flatnonzero(keep) if keep.dtype == bool else keep.astype(np.int64)
+        if len(idx) == len(self) and np.array_equal(idx, np.arange(len(self))):
+            return self
+        state_index, next_state_index = self.state_index[idx], self.next_state_index[idx]
+        used = np.unique(np.concatenate([state_index, next_state_index]))
+        return Experience(
+            frames=self.frames[used],
+            state_float=self.state_float[used],
+            potential=self.potential[used],
+            state_index=np.searchsorted(used, state_index),
+            next_state_index=np.searchsorted(used, next_state_index),
+            action=self.action[idx],
+            n_steps=self.n_steps[idx],
+            rewards=self.rewards[idx],
+            gammas=self.gammas[idx],
+            terminal_actions=self.terminal_actions[idx],
+        )
+
+    def tail(self, k: int) -> Experience:
+        """The last k transitions (all of them when k >= len)."""
+        k = max(0, min(int(k), len(self)))
+        return self.select(np.arange(len(self) - k, len(self)))
+
+    def transition(self, k: int) -> dict:
+        """One transition as a dict of arrays (state, next state and stored targets), for tests and notebooks."""
+        s, ns = self.state_index[k], self.next_state_index[k]
+        return {
+            "state_frame": self.frames[s],
+            "state_float": self.state_float[s],
+            "state_potential": float(self.potential[s]),
+            "action": int(self.action[k]),
+            "n_steps": int(self.n_steps[k]),
+            "rewards": self.rewards[k],
+            "gammas": self.gammas[k],
+            "terminal_actions": float(self.terminal_actions[k]),
+            "next_state_frame": self.frames[ns],
+            "next_state_float": self.state_float[ns],
+            "next_state_potential": float(self.potential[ns]),
+        }
+
+    @classmethod
+    def concatenate(cls, parts: list[Experience]) -> Experience:
+        """Several experiences one after the other (state indices shifted)."""
+        offsets = np.cumsum([0] + [p.n_states for p in parts[:-1]])
+        values = {}
+        for f in fields(cls):
+            arrays = [getattr(p, f.name) for p in parts]
+            if f.name in ("state_index", "next_state_index"):
+                arrays = [a + o for a, o in zip(arrays, offsets)]
+            values[f.name] = np.concatenate(arrays)
+        return cls(**values)
+
+
+def _check_rollout(rollout_results: dict, layout: FloatLayout | None) -> tuple[int, bool]:
+    """F and whether the race was finished; raises InvalidRollout on a broken rollout."""
+    for key in STATE_KEYS + ACTION_KEYS:
+        if key not in rollout_results:
+            raise InvalidRollout(f"rollout has no `{key}` list")
+    n_states = len(rollout_results["frames"])
+    for key in STATE_KEYS:
+        if len(rollout_results[key]) != n_states:
+            raise InvalidRollout(f"rollout `{key}` has {len(rollout_results[key])} entries, `frames` has {n_states}")
+    for key in ACTION_KEYS:
+        if not n_states - 1 <= len(rollout_results[key]) <= n_states:
+            raise InvalidRollout(f"rollout `{key}` has {len(rollout_results[key])} entries for {n_states} states (expected F-1 or F)")
+    finished = "race_time" in rollout_results and rollout_results["race_time"] is not None
+    if finished and not np.isfinite(rollout_results["race_time"]):
+        raise InvalidRollout(f"rollout race_time {rollout_results['race_time']!r} is not finite")
+    if n_states:
+        shape = np.shape(rollout_results["frames"][0])
+        if len(shape) != 3 or shape[0] != 1:
+            raise InvalidRollout(f"rollout frames must be (1, H, W), got {shape}")
+        dim = np.shape(rollout_results["state_float"][0])
+        if layout is not None and dim != (layout.dim,):
+            raise InvalidRollout(f"rollout state_float must be ({layout.dim},), got {dim}")
+    return n_states, finished
+
+
+def step_rewards(rollout_results: dict, cfg) -> np.ndarray:
+    """r_{k+1} for the step from state k to k+1, k = 0..F-2 (float64, (F-1,)).
+
+    constant_reward_per_ms x elapsed ms + reward_per_m_advanced_along_centerline x metres gained; elapsed is
+    ms_per_action except for the last step of a finished race: race_time - (F-2) x ms_per_action.
+    """
+    progress = np.asarray(rollout_results["meters_advanced_along_centerline"], dtype=np.float64)
+    n_steps = len(progress) - 1
+    if n_steps <= 0:
+        return np.zeros(0)
+    elapsed_ms = np.full(n_steps, float(cfg.ms_per_action))
+    if "race_time" in rollout_results and rollout_results["race_time"] is not None:
+        elapsed_ms[-1] = float(rollout_results["race_time"]) - (len(progress) - 2) * cfg.ms_per_action
+        if elapsed_ms[-1] < 0:
+            raise InvalidRollout(
+                f"race_time {rollout_results['race_time']} ms is before the last decision step ({(len(progress) - 2) * cfg.ms_per_action} ms)"
+            )
+    return cfg.constant_reward_per_ms * elapsed_ms + cfg.reward_per_m_advanced_along_centerline * np.diff(progress)
+
+
+def potentials(state_float: np.ndarray, layout: FloatLayout, cfg, distance_fn: Callable | None = None) -> np.ndarray:
+    """Phi(s) = shaped_reward_dist_to_cur_vcp x clip(distance to the current zone center, min, max), per state."""
+    if distance_fn is None:
+        from trackmania_rl.games.car_racing.floats import distance_to_current_zone_center as distance_fn
+    distance = distance_fn(layout, state_float)
+    clipped = np.clip(distance, cfg.shaped_reward_min_dist_to_cur_vcp, cfg.shaped_reward_max_dist_to_cur_vcp)
+    return (cfg.shaped_reward_dist_to_cur_vcp * clipped).astype(np.float32)
+
+
+def n_steps_per_transition(action_was_greedy, n_states: int, n_steps_max: int, discard_non_greedy: bool) -> np.ndarray:
+    """n for each transition i = 0..F-2 (int64)."""
+    n_transitions = n_states - 1
+    i = np.arange(n_transitions)
+    n = np.minimum(n_steps_max, n_states - 1 - i)
+    if discard_non_greedy and n_transitions > 0:
+        greedy = np.asarray(action_was_greedy[:n_transitions], dtype=bool)
+        never = n_transitions + n_steps_max
+        position = np.where(greedy, never, i)  # positions of non-greedy actions
+        first_from = np.minimum.accumulate(position[::-1])[::-1]  # first non-greedy at or after i
+        first_after = np.append(first_from[1:], never)  # first non-greedy strictly after i
+        n = np.minimum(n, first_after - i)
+    return n.astype(np.int64)
+
+
+def rollout_to_experience(rollout_results: dict, cfg, layout: FloatLayout, gamma: float, distance_fn: Callable | None = None) -> Experience:
+    """All transitions of one rollout (see the module docstring). Raises InvalidRollout."""
+    n_states, finished = _check_rollout(rollout_results, layout)
+    n_max = cfg.n_steps
+    n_transitions = max(n_states - 1, 0)
+    try:
+        frames = np.stack(rollout_results["frames"]) if n_states else np.zeros((0, 1, 1, 1), np.uint8)
+        state_float = np.stack(rollout_results["state_float"]).astype(np.float32) if n_states else np.zeros((0, layout.dim), np.float32)
+    except ValueError as e:
+        raise InvalidRollout(f"rollout frames or state_float entries differ in shape: {e}") from None
+    if frames.dtype != np.uint8:
+        raise InvalidRollout(f"rollout frames must be uint8, got {frames.dtype}")
+    if not np.all(np.isfinite(state_float)):
+        raise InvalidRollout("rollout state_float holds NaN or inf")
+    progress = np.asarray(rollout_results["meters_advanced_along_centerline"], dtype=np.float64)
+    if not np.all(np.isfinite(progress)):
+        raise InvalidRollout("rollout meters_advanced_along_centerline holds NaN or inf")
+    actions = np.asarray(rollout_results["actions"][:n_transitions], dtype=np.float64)
+    if not np.all(np.isfinite(actions)) or np.any(actions < 0) or np.any(actions != np.round(actions)):
+        raise InvalidRollout("rollout actions must be integers >= 0 for every decision step")
+
+    phi = potentials(state_float, layout, cfg, distance_fn) if n_states else np.zeros(0, np.float32)
+    if finished and n_states:
+        phi[-1] = 0.0  # the finish pseudo-state
+    r = step_rewards(rollout_results, cfg)
+    n = n_steps_per_transition(rollout_results["action_was_greedy"], n_states, n_max, cfg.discard_non_greedy_actions_in_nsteps)
+
+    i = np.arange(n_transitions)
+    rewards = np.zeros((n_transitions, n_max), dtype=np.float32)
+    partial_sum = np.zeros(n_transitions)
+    for j in range(n_max):
+        valid = j < n
+        step = np.minimum(i + j, max(n_transitions - 1, 0))
+        partial_sum = partial_sum + np.where(valid, gamma**j * r[step] if n_transitions else 0.0, 0.0)
+        rewards[:, j] = np.where(valid, partial_sum, 0.0)
+    gammas = np.tile((gamma ** np.arange(1, n_max + 1)).astype(np.float32), (n_transitions, 1))
+    terminal_actions = (n_states - 1 - i).astype(np.float32) if finished else np.full(n_transitions, np.inf, np.float32)
+    return Experience(
+        frames=frames,
+        state_float=state_float,
+        potential=phi.astype(np.float32),
+        state_index=i.astype(np.int64),
+        next_state_index=(i + n).astype(np.int64),
+        action=actions.astype(np.int64),
+        n_steps=n,
+        rewards=rewards,
+        gammas=gammas,
+        terminal_actions=terminal_actions,
+    )
+
+
+def route_to_test(n_transitions: int, cfg, rng: np.random.Generator) -> np.ndarray:
+    """Which transitions go to the hidden test buffer (bool (T,)).
+
+    The destination is drawn at the start (test with probability buffer_test_ratio) and re-drawn the same way
+    before each step with probability buffer_test_switch_probability, so test transitions come in short runs of
+    consecutive steps (mean length 1 / (switch x (1 - ratio)), about 10 with the defaults) and make up
+    buffer_test_ratio of all transitions on average.
+    """
+    if n_transitions <= 0:
+        return np.zeros(0, dtype=bool)
+    redraw = rng.random(n_transitions) < cfg.buffer_test_switch_probability
+    redraw[0] = True
+    destination = rng.random(n_transitions) < cfg.buffer_test_ratio
+    last_draw = np.maximum.accumulate(np.where(redraw, np.arange(n_transitions), 0))
+    return destination[last_draw]
+
+
+def fill_buffers(
+    rollout_results: dict,
+    buffer,
+    buffer_test,
+    cfg,
+    layout: FloatLayout,
+    gamma: float,
+    rng: np.random.Generator,
+    distance_fn: Callable | None = None,
+) -> tuple[int, int]:
+    """Turn one rollout into transitions and append them to the train and test buffers.
+
+    `buffer_test` may be None (everything goes to `buffer`). Returns (n_train, n_test). Raises InvalidRollout
+    before touching either buffer when the rollout is broken.
+    """
+    experience = rollout_to_experience(rollout_results, cfg, layout, gamma, distance_fn)
+    if buffer_test is None:
+        is_test = np.zeros(len(experience), dtype=bool)
+    else:
+        is_test = route_to_test(len(experience), cfg, rng)
+    n_test = int(is_test.sum())
+    n_train = len(experience) - n_test
+    if n_train:
+        buffer.extend(experience.select(~is_test))
+    if n_test:
+        buffer_test.extend(experience.select(is_test))
+    return n_train, n_test

@@ -1,0 +1,336 @@
+"""Transition storage for torchrl: each state stored once in a ring, transitions pointing at their state and next state."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torchrl.data.replay_buffers.storages import Storage
+from torchrl.data.replay_buffers.writers import Writer
+
+from trackmania_rl.replay.experience import Experience
+from trackmania_rl.serialization import atomic_torch_save, safe_torch_load
+
+TRAIN_STATE_SLACK = 0.125  # state ring = transitions x (1 + slack) (+ a few): train runs are long (~200 steps)
+TEST_STATE_SLACK = 0.5  # test runs are short (~10 steps): relatively more next-state frames at run ends
+
+
+def default_state_capacity(capacity: int, n_steps: int, slack: float) -> int:
+    return int(capacity + math.ceil(capacity * slack) + n_steps + 1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Storage
+# ---------------------------------------------------------------------------------------------------------
+
+
+class TransitionStorage(Storage):
+    """FIFO storage of transitions whose states (frames) are stored once. See the module docstring."""
+
+    STATE_FIELDS = ("frames", "state_float", "potential")
+    # Transitions live in one float64 table (one gather per batch instead of one per field; float64 holds the
+    # integer fields exactly): these columns, then rewards[N], then gammas[N].
+    COLUMNS = ("state_gid", "next_state_gid", "action", "n_steps", "terminal_actions")
+
+    def __init__(
+        self,
+        capacity: int,
+        frame_shape: tuple,
+        float_dim: int,
+        n_steps: int,
+        state_capacity: int | None = None,
+        state_slack: float = TRAIN_STATE_SLACK,
+    ):
+        super().__init__(max_size=capacity)
+        self.frame_shape = tuple(int(x) for x in frame_shape)
+        self.float_dim = int(float_dim)
+        self.n_steps = int(n_steps)
+        self.state_slack = float(state_slack)
+        self._allocate(int(capacity), state_capacity or default_state_capacity(capacity, n_steps, state_slack))
+        self._empty()
+
+    # -- allocation and bookkeeping ------------------------------------------------------------------
+    def _allocate(self, capacity: int, state_capacity: int) -> None:
+        if capacity < 1 or state_capacity < 2:
+            raise ValueError(f"replay capacity must be >= 1 (got {capacity}, state capacity {state_capacity})")
+        self.max_size = capacity
+        self.state_capacity = state_capacity
+        self.states = {
+            "frames": torch.empty((state_capacity, *self.frame_shape), dtype=torch.uint8),
+            "state_float": torch.empty((state_capacity, self.float_dim), dtype=torch.float32),
+            "potential": torch.empty((state_capacity,), dtype=torch.float32),
+        }
+        n_columns = len(self.COLUMNS) + 2 * self.n_steps
+        self.table = torch.empty((capacity, n_columns), dtype=torch.float64)
+        self.column = {name: k for k, name in enumerate(self.COLUMNS)}
+        first = len(self.COLUMNS)
+        self.rewards_columns = slice(first, first + self.n_steps)
+        self.gammas_columns = slice(first + self.n_steps, first + 2 * self.n_steps)
+        self._state_gid_np = self.table[:, self.column["state_gid"]].numpy()  # a view, for cheap scalar reads
+
+    def _empty(self) -> None:
+        self.head = 0  # physical slot of the oldest transition
+        self.size = 0
+        self.states_written = 0  # global id of the next state to write
+        self.transitions_written = 0
+        self.last_evicted = np.zeros(0, dtype=np.int64)  # slots freed (not overwritten) by the last append
+
+    @property
+    def capacity(self) -> int:
+        return self.max_size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def nbytes(self) -> int:
+        """Bytes of all preallocated tensors (states and transitions)."""
+        return self.table.numel() * self.table.element_size() + sum(t.numel() * t.element_size() for t in self.states.values())
+
+    def logical_to_physical(self, logical):
+        """Slot of the k-th oldest live transition (numpy or torch integer arrays)."""
+        return (self.head + logical) % self.max_size
+
+    def physical_order(self) -> np.ndarray:
+        """Slots of the live transitions, oldest first."""
+        return self.logical_to_physical(np.arange(self.size, dtype=np.int64))
+
+    def is_live(self, slots: np.ndarray) -> np.ndarray:
+        return ((np.asarray(slots) - self.head) % self.max_size) < self.size
+
+    # -- writing -------------------------------------------------------------------------------------
+    def _fit(self, exp: Experience) -> Experience:
+        """The newest part of `exp` that fits: <= capacity transitions and <= state_capacity states."""
+        if len(exp) > self.max_size:
+            exp = exp.tail(self.max_size)
+        if exp.n_states > self.state_capacity:
+            lo, hi = 0, len(exp)  # find the largest k whose tail fits
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if exp.tail(mid).n_states <= self.state_capacity:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            exp = exp.tail(lo)
+        return exp
+
+    def append(self, exp: Experience) -> torch.Tensor:
+        """Write the transitions of `exp` (oldest first, evicting the oldest stored ones); returns their slots."""
+        self._check_experience(exp)
+        self.last_evicted = np.zeros(0, dtype=np.int64)
+        exp = self._fit(exp)
+        n_new = len(exp)
+        if n_new == 0:
+            return torch.zeros(0, dtype=torch.int64)
+        capacity, state_capacity = self.max_size, self.state_capacity
+        # 1. room in the transition ring: drop the oldest (their slots are overwritten just below)
+        overflow = max(0, self.size + n_new - capacity)
+        self.head = (self.head + overflow) % capacity
+        self.size -= overflow
+        # 2. states, at global ids [first_gid, first_gid + n_states)
+        first_gid = self.states_written
+        state_slots = torch.from_numpy((first_gid + np.arange(exp.n_states, dtype=np.int64)) % state_capacity)
+        self.states["frames"].index_copy_(0, state_slots, torch.from_numpy(np.ascontiguousarray(exp.frames)))
+        self.states["state_float"].index_copy_(0, state_slots, torch.from_numpy(np.ascontiguousarray(exp.state_float, dtype=np.float32)))
+        self.states["potential"].index_copy_(0, state_slots, torch.from_numpy(np.ascontiguousarray(exp.potential, dtype=np.float32)))
+        self.states_written += exp.n_states
+        # 3. transitions, after the newest
+        slots_np = (self.head + self.size + np.arange(n_new, dtype=np.int64)) % capacity
+        slots = torch.from_numpy(slots_np)
+        rows = np.empty((n_new, self.table.shape[1]), dtype=np.float64)
+        rows[:, self.column["state_gid"]] = first_gid + exp.state_index
+        rows[:, self.column["next_state_gid"]] = first_gid + exp.next_state_index
+        rows[:, self.column["action"]] = exp.action
+        rows[:, self.column["n_steps"]] = exp.n_steps
+        rows[:, self.column["terminal_actions"]] = exp.terminal_actions
+        rows[:, self.rewards_columns] = exp.rewards
+        rows[:, self.gammas_columns] = exp.gammas
+        self.table.index_copy_(0, slots, torch.from_numpy(rows))
+        self.size += n_new
+        self.transitions_written += n_new
+        # 4. the state ring may have overwritten states of the oldest transitions: evict those
+        lowest_live_gid = self.states_written - state_capacity
+        if lowest_live_gid > 0:
+            n_dead = bisect.bisect_left(
+                range(self.size), True, key=lambda k: bool(self._state_gid_np[(self.head + k) % capacity] >= lowest_live_gid)
+            )
+            if n_dead:
+                self.last_evicted = self.logical_to_physical(np.arange(n_dead, dtype=np.int64))
+                self.head = (self.head + n_dead) % capacity
+                self.size -= n_dead
+        self._bump_mutation_revision()
+        return slots
+
+    def _check_experience(self, exp: Experience) -> None:
+        if not isinstance(exp, Experience):
+            raise TypeError(f"a TransitionStorage stores Experience objects, got {type(exp).__name__}")
+        if exp.n_states and tuple(exp.frames.shape[1:]) != self.frame_shape:
+            raise ValueError(f"frames of shape {tuple(exp.frames.shape[1:])} do not match the buffer's {self.frame_shape}")
+        if exp.n_states and exp.state_float.shape[1] != self.float_dim:
+            raise ValueError(f"state_float of size {exp.state_float.shape[1]} does not match the buffer's {self.float_dim}")
+        if len(exp) and exp.rewards.shape[1] != self.n_steps:
+            raise ValueError(f"transitions with n_steps={exp.rewards.shape[1]} do not match the buffer's {self.n_steps}")
+
+    def set(self, cursor, data, *, set_cursor: bool = True):
+        raise NotImplementedError("TransitionStorage is written through TransitionWriter / ReplayBuffer.extend(Experience)")
+
+    # -- reading -------------------------------------------------------------------------------------
+    def get(self, index) -> dict:
+        """Raw fields of the transitions in slots `index` (state and next state gathered from the state ring).
+
+        Frames and floats are gathered with torch's index_select (fast on big rows); the small per-transition
+        fields come back as numpy arrays (numpy is cheaper than torch's dispatcher on a few hundred numbers).
+        """
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+        batch = len(index)
+        rows = self.table.index_select(0, index).numpy()
+        c = self.column
+        state_slots = np.concatenate([rows[:, c["state_gid"]], rows[:, c["next_state_gid"]]]).astype(np.int64) % self.state_capacity
+        slots = torch.from_numpy(state_slots)
+        frames = self.states["frames"].index_select(0, slots)
+        floats = self.states["state_float"].index_select(0, slots)
+        potential = self.states["potential"].numpy()[state_slots]
+        out = dict(
+            action=rows[:, c["action"]].astype(np.int64),
+            n_steps=rows[:, c["n_steps"]].astype(np.int64),
+            terminal_actions=rows[:, c["terminal_actions"]],
+            rewards=rows[:, self.rewards_columns],
+            gammas=rows[:, self.gammas_columns],
+            state_img=frames[:batch],
+            next_state_img=frames[batch:],
+            state_float=floats[:batch],
+            next_state_float=floats[batch:],
+            state_potential=potential[:batch],
+            next_state_potential=potential[batch:],
+        )
+        return out
+
+    def contains(self, item) -> bool:
+        return bool(np.all(self.is_live(np.asarray(item))))
+
+    def to_experience(self) -> Experience:
+        """The live content as one Experience, oldest first (for resizing and saving)."""
+        if self.size == 0:
+            return _empty_experience(self.frame_shape, self.float_dim, self.n_steps)
+        order = torch.from_numpy(self.physical_order())
+        rows = self.table.index_select(0, order).numpy()
+        tr = {name: rows[:, k] for name, k in self.column.items()}
+        first_gid = int(tr["state_gid"][0])
+        gids = torch.arange(first_gid, self.states_written, dtype=torch.int64)
+        state_slots = gids % self.state_capacity
+        return Experience(
+            frames=self.states["frames"].index_select(0, state_slots).numpy(),
+            state_float=self.states["state_float"].index_select(0, state_slots).numpy(),
+            potential=self.states["potential"].index_select(0, state_slots).numpy(),
+            state_index=(tr["state_gid"] - first_gid).astype(np.int64),
+            next_state_index=(tr["next_state_gid"] - first_gid).astype(np.int64),
+            action=tr["action"].astype(np.int64),
+            n_steps=tr["n_steps"].astype(np.int64),
+            rewards=rows[:, self.rewards_columns].astype(np.float32),
+            gammas=rows[:, self.gammas_columns].astype(np.float32),
+            terminal_actions=tr["terminal_actions"].astype(np.float32),
+        )
+
+    def resize(self, capacity: int, state_capacity: int | None = None) -> np.ndarray:
+        """Change the capacity keeping the newest transitions in FIFO order.
+
+        Returns the old slots of the kept transitions, oldest first (they now live in slots 0..len-1).
+        """
+        content = self.to_experience()
+        old_order = self.physical_order()
+        self._allocate(int(capacity), state_capacity or default_state_capacity(capacity, self.n_steps, self.state_slack))
+        written = self.transitions_written
+        self._empty()
+        self.append(content)
+        self.transitions_written = written
+        self.last_evicted = np.zeros(0, dtype=np.int64)
+        return old_order[len(old_order) - self.size :]
+
+    # -- plain-data state ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        exp = self.to_experience()
+        return {
+            "capacity": self.max_size,
+            "state_capacity": self.state_capacity,
+            "frame_shape": list(self.frame_shape),
+            "float_dim": self.float_dim,
+            "n_steps": self.n_steps,
+            "transitions_written": self.transitions_written,
+            "content": {
+                name: torch.from_numpy(np.ascontiguousarray(getattr(exp, name)))
+                for name in Experience.STATE_FIELDS + Experience.TRANSITION_FIELDS
+            },
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> np.ndarray:
+        """Replace the content with a saved one (keeping the newest part if it does not fit); returns the
+        positions, in the saved order, of the transitions kept."""
+        if tuple(state_dict["frame_shape"]) != self.frame_shape or int(state_dict["float_dim"]) != self.float_dim:
+            raise ValueError(
+                f"saved buffer holds frames {tuple(state_dict['frame_shape'])} and {state_dict['float_dim']} floats; "
+                f"this buffer expects {self.frame_shape} and {self.float_dim}"
+            )
+        if int(state_dict["n_steps"]) != self.n_steps:
+            raise ValueError(f"saved buffer was built with n_steps={state_dict['n_steps']}, this one with {self.n_steps}")
+        content = Experience(**{name: t.numpy() for name, t in state_dict["content"].items()})
+        self._empty()
+        self.append(content)
+        self.last_evicted = np.zeros(0, dtype=np.int64)
+        self.transitions_written = int(state_dict["transitions_written"])
+        return np.arange(len(content) - self.size, len(content))
+
+    def dumps(self, path):
+        atomic_torch_save(self.state_dict(), Path(path).with_suffix(".pt"))
+
+    def loads(self, path):
+        self.load_state_dict(safe_torch_load(Path(path).with_suffix(".pt")))
+
+
+def _empty_experience(frame_shape, float_dim, n_steps) -> Experience:
+    return Experience(
+        frames=np.zeros((0, *frame_shape), np.uint8),
+        state_float=np.zeros((0, float_dim), np.float32),
+        potential=np.zeros(0, np.float32),
+        state_index=np.zeros(0, np.int64),
+        next_state_index=np.zeros(0, np.int64),
+        action=np.zeros(0, np.int64),
+        n_steps=np.zeros(0, np.int64),
+        rewards=np.zeros((0, n_steps), np.float32),
+        gammas=np.zeros((0, n_steps), np.float32),
+        terminal_actions=np.zeros(0, np.float32),
+    )
+
+
+class TransitionWriter(Writer):
+    """Appends `Experience`s to a TransitionStorage (FIFO); returns the slots written."""
+
+    def __init__(self):
+        super().__init__()
+        self._write_count = 0
+
+    def add(self, data: Experience) -> torch.Tensor:
+        return self.extend(data)
+
+    def extend(self, data: Experience) -> torch.Tensor:
+        index = self._storage.append(data)
+        self._write_count += len(index)
+        return index
+
+    def _empty(self, empty_write_count: bool = True) -> None:
+        if empty_write_count:
+            self._write_count = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"write_count": self._write_count}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._write_count = int(state_dict.get("write_count", 0))
+
+    def dumps(self, path):
+        atomic_torch_save(self.state_dict(), Path(path).with_suffix(".pt"))
+
+    def loads(self, path):
+        self.load_state_dict(safe_torch_load(Path(path).with_suffix(".pt")))

@@ -1,0 +1,126 @@
+"""A collector process: one game instance and one inference network, playing races forever (DESIGN §2).
+
+Each race is put on the collector's own bounded queue as (rollout_results, end_race_stats, meta).
+The collector reloads the shared network every `update_inference_network_every_n_actions` actions and
+records, per step, the policy version it acted with.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import random
+import signal
+import time
+import traceback
+
+import numpy as np
+import torch
+
+from trackmania_rl.agents.acting import use_acting_torch_settings
+from trackmania_rl.agents.policy import CollectorPolicy
+from trackmania_rl.config.live import LiveConfig
+from trackmania_rl.games import make_game_instance
+from trackmania_rl.games.base import GameCrashed
+from trackmania_rl.games.map_cycle import MapCycle
+
+COLLECTOR_SEED_BASE = 1_000
+
+
+def _parent_alive() -> bool:
+    parent = multiprocessing.parent_process()
+    return parent is None or parent.is_alive()
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this process if the learner dies, even by SIGKILL (no orphan
+    collectors). Elsewhere the collector notices a dead parent between races and while waiting to put."""
+    try:
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def collector_main(index, rollout_queue, heartbeat, stop_event, config_path, game_backend, collectors_count, shared_network, frames_played):
+    """Process entry point. Never returns while the run goes on; exceptions other than game crashes end
+    the process with a traceback, and the learner's pool restarts it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle; it stops us
+    _die_with_parent()
+    if not _parent_alive():  # the learner died before the death signal was armed
+        return
+    use_acting_torch_settings()  # one thread, batch-1 convolutions without oneDNN (faster; this process only)
+    seed = COLLECTOR_SEED_BASE + index
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+    def log(message: str) -> None:
+        print(f"[collector {index}] {message}", flush=True)
+
+    live = LiveConfig(config_path, game_backend=game_backend, log=log)
+    cfg = live.current
+    game = make_game_instance(cfg, game_backend)
+    policy = CollectorPolicy(cfg, game.float_layout, len(cfg.inputs), shared_network)
+    cycle = MapCycle(cfg.map_cycle, collector_index=index, collectors_count=collectors_count)
+    loop_number = 0
+    last_put_time = time.perf_counter()
+    log(f"ready: {type(game).__name__}, policy version {policy.version}, jit {cfg.use_jit}")
+
+    try:
+        while not stop_event.is_set() and _parent_alive():
+            heartbeat.value = time.time()
+            if live.reload():
+                cfg = live.current
+                game.update_config(cfg)  # cut-offs and other live game settings
+                cycle.set_cycle(cfg.map_cycle)
+            map_spec = next(cycle)
+            loop_number += 1
+            policy.start_race(cfg, frames_played.value, explore=map_spec.is_explo)
+
+            def acting_policy(frame, state_float):
+                heartbeat.value = time.time()
+                return policy(frame, state_float)
+
+            start = time.perf_counter()
+            try:
+                zone_centers = game.zone_centers_for(map_spec)  # cached by the game per seed
+                rollout_results, end_race_stats = game.rollout(acting_policy, map_spec, zone_centers, policy.update_network)
+            except GameCrashed as e:
+                log(f"race on {map_spec.name} seed {map_spec.seed} crashed and is dropped: {e}")
+                continue
+            rollout_duration = time.perf_counter() - start
+            rollout_results["policy_version"] = list(policy.versions_used)
+            meta = {
+                "collector": index,
+                "loop_number": loop_number,
+                "map_name": map_spec.name,
+                "seed": map_spec.seed,
+                "map_status": cycle.status(map_spec.name),
+                "is_explo": map_spec.is_explo,
+                "fill_buffer": map_spec.fill_buffer,
+                "rollout_duration_s": rollout_duration,
+                "worker_time_in_rollout_fraction": rollout_duration / max(1e-9, time.perf_counter() - last_put_time),
+                "epsilon": policy.epsilon,
+                "epsilon_boltzmann": policy.epsilon_boltzmann,
+                "put_time": time.time(),
+            }
+            # A bounded queue: wait for the learner, but keep showing signs of life and honour stop requests.
+            while True:
+                try:
+                    rollout_queue.put((rollout_results, end_race_stats, meta), timeout=0.5)
+                    break
+                except queue.Full:
+                    heartbeat.value = time.time()
+                    if stop_event.is_set() or not _parent_alive():
+                        return
+            last_put_time = time.perf_counter()
+    except Exception:
+        log("stopped by an error:\n" + traceback.format_exc())
+        raise
+    finally:
+        # A rollout still in the queue's pipe must not hold the exit: nobody may read it any more.
+        rollout_queue.cancel_join_thread()
+        game.close()
