@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.games.car_racing import floats as car_floats
@@ -32,15 +31,6 @@ def layout_for(cfg):
     return make_float_layout(cfg)
 
 
-# Module-scoped fixtures shared by the learner tests (imported by name into each test module).
-@pytest.fixture(scope="module")
-def cfg():
-    return tiny_config()
-
-
-@pytest.fixture(scope="module")
-def layout(cfg):
-    return layout_for(cfg)
 
 
 def make_rollout(

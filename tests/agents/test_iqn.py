@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.helpers import MARKER, cfg, layout, layout_for, tiny_config  # noqa: F401  (module fixtures)
+from tests.helpers import MARKER, layout_for, tiny_config
 from trackmania_rl.agents.acting import make_inference_network
 from trackmania_rl.agents.exploration import Inferer, midpoint_taus
 from trackmania_rl.agents.iqn import IQNNetwork, load_network, make_network, save_network

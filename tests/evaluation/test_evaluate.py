@@ -16,7 +16,7 @@ from trackmania_rl.config.loader import default_config
 from trackmania_rl.evaluation import evaluate as evaluation
 from trackmania_rl.evaluation import video as race_video
 from trackmania_rl.games import float_layout_for
-from trackmania_rl.learner.checkpoint import CHECKPOINT, COMPLETE_MARKER
+from trackmania_rl.learner.checkpoint import CHECKPOINT, COMPLETE_MARKER, CONFIG_COPY, WEIGHTS_ONLINE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EVALUATE = REPO_ROOT / "scripts" / "evaluate.py"
@@ -76,15 +76,15 @@ def run_dir(tmp_path_factory, tiny_cfg):
     run = tmp_path_factory.mktemp("evaluation") / "tiny_run"
     folder = run / CHECKPOINT
     folder.mkdir(parents=True)
-    save_random_weights(tiny_cfg, folder / evaluation.WEIGHTS_FILE, seed=0)
-    write_config(tiny_cfg, folder / evaluation.CONFIG_COPY_FILE)
+    save_random_weights(tiny_cfg, folder / WEIGHTS_ONLINE, seed=0)
+    write_config(tiny_cfg, folder / CONFIG_COPY)
     (folder / COMPLETE_MARKER).write_text("ok\n")
     return run
 
 
 @pytest.fixture(scope="module")
 def weights(run_dir):
-    return run_dir / CHECKPOINT / evaluation.WEIGHTS_FILE
+    return run_dir / CHECKPOINT / WEIGHTS_ONLINE
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def test_evaluate_prints_one_line_per_race_and_a_consistent_summary(evaluated, w
     finished_times = [r["race_time_s"] for r in races if r["finished"]]
     assert summary["mean_race_time_s"] == (pytest.approx(np.mean(finished_times)) if finished_times else None)
     # the config used is the run's config copy beside the weights
-    assert Path(summary["config"]) == weights.parent / evaluation.CONFIG_COPY_FILE
+    assert Path(summary["config"]) == weights.parent / CONFIG_COPY
     assert summary["max_race_seconds"] == 2.5
     assert "config_copy.py" in result.stderr
 
@@ -192,7 +192,7 @@ def test_greedy_evaluation_is_deterministic(evaluated, run_dir):
 
 
 def test_max_race_seconds_overrides_the_cutoff(weights):
-    config = weights.parent / evaluation.CONFIG_COPY_FILE
+    config = weights.parent / CONFIG_COPY
     assert evaluation.load_eval_config(config).cutoff_rollout_if_race_not_finished_within_duration_ms == 2_500
     assert evaluation.load_eval_config(config, 0.5).cutoff_rollout_if_race_not_finished_within_duration_ms == 500
     for bad in (0, -3, float("nan"), 0.01):
@@ -201,7 +201,7 @@ def test_max_race_seconds_overrides_the_cutoff(weights):
 
 
 def test_checkpoint_resolution(run_dir, weights, tmp_path):
-    config_copy = weights.parent / evaluation.CONFIG_COPY_FILE
+    config_copy = weights.parent / CONFIG_COPY
     for source in ({"run": run_dir}, {"run": weights.parent}, {"weights": weights}):
         paths = evaluation.resolve_checkpoint(**source)
         assert (paths.weights, paths.config, paths.config_is_default) == (weights, config_copy, False)
@@ -239,7 +239,7 @@ def other_weights(tmp_path_factory, tiny_cfg):
     ],
 )
 def test_evaluate_rejects_bad_arguments_with_exit_code_2(case, args, named, weights, other_weights, tmp_path):
-    values = {"weights": weights, "tmp": tmp_path, "other": other_weights, "config": weights.parent / evaluation.CONFIG_COPY_FILE}
+    values = {"weights": weights, "tmp": tmp_path, "other": other_weights, "config": weights.parent / CONFIG_COPY}
     result = run_script(EVALUATE, *[a.format(**values) for a in args])
     assert result.returncode == 2, (case, result.stdout, result.stderr)
     assert named in result.stderr, (case, result.stderr)
@@ -248,8 +248,8 @@ def test_evaluate_rejects_bad_arguments_with_exit_code_2(case, args, named, weig
 
 
 def test_mismatched_weights_name_the_entries(other_weights, weights):
-    cfg = evaluation.load_eval_config(weights.parent / evaluation.CONFIG_COPY_FILE)
-    paths = evaluation.CheckpointPaths(other_weights, weights.parent / evaluation.CONFIG_COPY_FILE, False)
+    cfg = evaluation.load_eval_config(weights.parent / CONFIG_COPY)
+    paths = evaluation.CheckpointPaths(other_weights, weights.parent / CONFIG_COPY, False)
     with pytest.raises(evaluation.EvaluationError) as error:
         evaluation.load_policy(paths, cfg)
     message = str(error.value)

@@ -19,7 +19,8 @@ import pytest
 
 from trackmania_rl.config.loader import load_config
 from trackmania_rl.games.base import MapSpec
-from trackmania_rl.games.car_racing.driver import centerline_follower, find_action
+from trackmania_rl.games.car_racing.actions import find_action
+from trackmania_rl.games.car_racing.driver import centerline_follower
 from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 from trackmania_rl.replay.buffers import make_buffers, save_buffer
 from trackmania_rl.replay.experience import fill_buffers
@@ -88,7 +89,7 @@ def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("save") / "notebook_run"
     checkpoint = run / "checkpoint"
     checkpoint.mkdir(parents=True)
-    config_copy = checkpoint / "config_copy.py"
+    config_copy = checkpoint / CONFIG_COPY
     config_copy.write_text((REPO_ROOT / "config_files" / "config.py").read_text() + OVERRIDES)
     cfg = load_config(config_copy, game_backend="carracing")
     assert cfg.memory_size_schedule[0][1][0] == CAPACITY

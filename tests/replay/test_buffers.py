@@ -3,7 +3,7 @@ import pytest
 import torch
 from torchrl.data import ReplayBuffer
 
-from tests.helpers import cfg, layout, make_rollout, markers  # noqa: F401  (module fixtures)
+from tests.helpers import make_rollout, markers
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK

@@ -29,12 +29,9 @@ from trackmania_rl.agents.iqn import make_network, strip_compile_prefix
 from trackmania_rl.config.loader import CONFIG_DIR, ConfigError, load_config
 from trackmania_rl.games import float_layout_for, make_game_instance
 from trackmania_rl.games.base import GameCrashed, MapSpec
-from trackmania_rl.learner.checkpoint import CHECKPOINT, find_checkpoint
+from trackmania_rl.learner.checkpoint import CHECKPOINT, CONFIG_COPY, WEIGHTS_ONLINE, find_checkpoint
 from trackmania_rl.serialization import safe_torch_load
 
-# the names the learner gives these files in a checkpoint (trackmania_rl/multiprocess/learner.py)
-WEIGHTS_FILE = "weights_online.torch"
-CONFIG_COPY_FILE = "config_copy.py"
 DEFAULT_CONFIG = CONFIG_DIR / "config.py"
 EVAL_MAP_NAME = "eval"
 GAME_BACKEND = "carracing"  # the only backend with a game instance so far
@@ -98,7 +95,7 @@ class CheckpointPaths:
 
 
 def _config_next_to(folder: Path) -> Path | None:
-    candidate = folder / CONFIG_COPY_FILE
+    candidate = folder / CONFIG_COPY
     try:
         if candidate.is_file() and candidate.read_text().strip():
             return candidate  # the learner writes an empty copy when its live config was gone: unusable
@@ -130,18 +127,18 @@ def resolve_checkpoint(
             raise EvaluationError(f"--run {run_dir}: no such folder")
         if not run_dir.is_dir():
             raise EvaluationError(f"--run {run_dir} is not a folder: give a run folder (save/<run>), or use --weights for a file")
-        if (run_dir / WEIGHTS_FILE).is_file():  # a checkpoint folder
-            weights_path = run_dir / WEIGHTS_FILE
+        if (run_dir / WEIGHTS_ONLINE).is_file():  # a checkpoint folder
+            weights_path = run_dir / WEIGHTS_ONLINE
         else:
             folder = find_checkpoint(run_dir)
             if folder is None:
                 raise EvaluationError(
-                    f"--run {run_dir}: no complete checkpoint in it (expected {run_dir / CHECKPOINT / WEIGHTS_FILE} "
+                    f"--run {run_dir}: no complete checkpoint in it (expected {run_dir / CHECKPOINT / WEIGHTS_ONLINE} "
                     "with its COMPLETE marker)"
                 )
-            weights_path = folder / WEIGHTS_FILE
+            weights_path = folder / WEIGHTS_ONLINE
             if not weights_path.is_file():
-                raise EvaluationError(f"--run {run_dir}: checkpoint {folder} has no {WEIGHTS_FILE}")
+                raise EvaluationError(f"--run {run_dir}: checkpoint {folder} has no {WEIGHTS_ONLINE}")
     if config is not None:
         config_path = Path(config)
         if not config_path.is_file():
@@ -194,7 +191,7 @@ def load_state_dict_checked(network: torch.nn.Module, weights_path: str | Path, 
         ) from None
     if not isinstance(state_dict, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state_dict.items()):
         raise EvaluationError(
-            f"weights file {weights_path} is not a state_dict (a dict of named tensors, as the learner saves {WEIGHTS_FILE})"
+            f"weights file {weights_path} is not a state_dict (a dict of named tensors, as the learner saves {WEIGHTS_ONLINE})"
         )
     state_dict = strip_compile_prefix(state_dict)
     expected = network.state_dict()

@@ -22,6 +22,16 @@ STAGING = "checkpoint.partial"
 PREVIOUS = "checkpoint.previous"
 COMPLETE_MARKER = "COMPLETE"
 
+# the files of a checkpoint folder (the one place that names them: the learner writes them, evaluation reads them)
+WEIGHTS_ONLINE = "weights_online.torch"
+WEIGHTS_TARGET = "weights_target.torch"
+OPTIMIZER = "optimizer.torch"
+SCALER = "scaler.torch"
+STATS = "stats.json"
+CONFIG_COPY = "config_copy.py"
+BUFFER = "buffer"
+BUFFER_TEST = "buffer_test"
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint exists but cannot be used; the message names the file."""

@@ -18,19 +18,12 @@ from trackmania_rl.agents import schedules
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
 from trackmania_rl.learner import checkpoint as ckpt
+from trackmania_rl.learner.checkpoint import BUFFER, BUFFER_TEST, CONFIG_COPY, OPTIMIZER, SCALER, STATS, WEIGHTS_ONLINE, WEIGHTS_TARGET
 from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.replay.buffers import load_buffer, make_buffers, resize_buffers, save_buffer
 from trackmania_rl.replay.experience import fill_buffers
 from trackmania_rl.rollouts.contract import InvalidRollout, validate_rollout
 
-WEIGHTS_ONLINE = "weights_online.torch"
-WEIGHTS_TARGET = "weights_target.torch"
-OPTIMIZER = "optimizer.torch"
-SCALER = "scaler.torch"
-STATS = "stats.json"
-CONFIG_COPY = "config_copy.py"
-BUFFER = "buffer"
-BUFFER_TEST = "buffer_test"
 TRAINING_WINDOW_KEYS = ("loss", "loss_test", "grad_norm", "q_mean")
 
 

@@ -8,7 +8,8 @@ from trackmania_rl.config.loader import default_config
 from trackmania_rl.games import make_game_instance
 from trackmania_rl.games.base import GameCrashed, MapSpec
 from trackmania_rl.games.car_racing import floats as car_floats
-from trackmania_rl.games.car_racing.driver import centerline_follower, find_action
+from trackmania_rl.games.car_racing.actions import find_action
+from trackmania_rl.games.car_racing.driver import centerline_follower
 from trackmania_rl.games.car_racing.env import CarRacingEnv, _RoadDrawing
 from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker
