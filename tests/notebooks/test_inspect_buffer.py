@@ -22,6 +22,7 @@ from trackmania_rl.games.base import MapSpec
 from trackmania_rl.games.car_racing.actions import find_action
 from trackmania_rl.games.car_racing.driver import centerline_follower
 from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
+from trackmania_rl.learner.checkpoint import CONFIG_COPY
 from trackmania_rl.replay.buffers import make_buffers, save_buffer
 from trackmania_rl.replay.experience import fill_buffers
 
