@@ -123,5 +123,8 @@ collectors_count = 1  # [restart]
 max_rollout_queue_size = 1  # [restart]
 update_inference_network_every_n_actions = 20
 send_shared_network_every_n_batches = 8
+# Races played with weights more than this many published versions older than the learner's are not stored
+# (counted per source). Local collectors lag a few versions; the bound is for remote sources (Ray, HTTP).
+max_policy_lag = 100_000
 save_frequency_s = 300
 collector_stall_timeout_s = 120  # a collector silent this long is restarted

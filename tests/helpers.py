@@ -71,6 +71,7 @@ def make_rollout(
         "action_was_greedy": [True] * n_actions if greedy is None else list(greedy),
         "q_values": [np.zeros(len(cfg.inputs), np.float32)] * n_actions,
         "input_w": [True] * n_actions,
+        "policy_version": [0] * n_actions,
         "furthest_zone_idx": n_states - 1,
     }
     if finished:

@@ -12,7 +12,9 @@ from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.learner import Learner
+from trackmania_rl.rollouts.local.pool import CollectorPool
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
+from trackmania_rl.rollouts.local.source import LocalCollectorSource
 
 OVERRIDES = dict(
     TINY_NETWORK,
@@ -29,6 +31,7 @@ META = {
     "is_explo": True,
     "fill_buffer": True,
     "rollout_duration_s": 1.0,
+    "source": "local",
 }
 
 
@@ -39,11 +42,19 @@ def _config_file(tmp_path):
     return path
 
 
+def _local_source(shared):
+    """The local source around a shared network, with no collector process (the tests hand races to the learner)."""
+    ctx = torch_mp.get_context("spawn")
+    pool = CollectorPool(ctx, target=None, args=(), count=0, queue_size=1, log=lambda m: None)
+    return LocalCollectorSource(pool, shared, ctx.Event(), stall_timeout_s=lambda: 60.0)
+
+
 def _learner(tmp_path, shared=None, resume=True):
     messages = []
     live = LiveConfig(_config_file(tmp_path), log=messages.append)
     layout = float_layout_for(live.current)
-    learner = Learner(live, layout, torch.device("cpu"), tmp_path / "run", shared_network=shared, log=messages.append, resume=resume)
+    source = _local_source(shared) if shared is not None else None
+    learner = Learner(live, layout, torch.device("cpu"), tmp_path / "run", source=source, log=messages.append, resume=resume)
     return learner, messages
 
 
@@ -158,3 +169,49 @@ def test_checkpoint_of_another_network_is_refused_with_a_message(tmp_path):
 
     with pytest.raises(CheckpointError, match="does not fit the current config"):
         Learner(live, float_layout_for(live.current), torch.device("cpu"), tmp_path / "run", log=lambda m: None)
+
+
+def _race_with_versions(learner, versions, seed=3):
+    rollout, stats = _race(learner, len(versions), seed=seed)
+    rollout["policy_version"] = list(versions)
+    return rollout, stats
+
+
+def test_races_older_than_max_policy_lag_are_dropped_and_counted_by_source(tmp_path):
+    learner, messages = _learner(tmp_path)
+    learner.cfg = learner.cfg.replace(max_policy_lag=3)
+    learner.stats.policy_version = 10
+    stale = learner.ingest(*_race_with_versions(learner, [6] + [10] * 29), {**META, "source": "far"})
+    assert stale == {"dropped": "stale", "policy_lag": 4}  # lag from the oldest action, not the mean (~0.1)
+    assert len(learner.buffer) + len(learner.buffer_test) == 0 and learner.stats.frames_played == 0
+    assert learner.stats.rollouts_dropped_stale == {"far": 1} and learner.stats.rollouts_rejected == 0
+    fresh = learner.ingest(*_race_with_versions(learner, [7] * 30), META)
+    assert fresh["policy_lag"] == 3 and fresh["n_train"] + fresh["n_test"] == 29
+    assert learner.window["policy_lag_versions"] == [4, 3]
+
+
+def test_a_race_from_a_future_policy_version_is_refused(tmp_path):
+    learner, messages = _learner(tmp_path)
+    learner.stats.policy_version = 2
+    info = learner.ingest(*_race_with_versions(learner, [3] * 20), META)
+    assert "newer than the learner's 2" in info["rejected"] and learner.stats.rollouts_rejected == 1
+    assert len(learner.buffer) == 0
+
+
+def test_something_that_is_not_an_envelope_is_refused(tmp_path):
+    learner, messages = _learner(tmp_path)
+    assert learner.ingest_envelope(("only", "two")) == {"rejected": "not an envelope"}
+    assert learner.stats.rollouts_rejected == 1 and any("refused" in m for m in messages)
+
+
+def test_replay_age_of_sampled_batches(tmp_path):
+    learner, _ = _learner(tmp_path)
+    for seed in range(3):
+        learner.ingest(*_race(learner, 60, seed=seed), META)
+    assert learner.buffer.take_replay_age() is None  # nothing sampled yet
+    batches = learner.train(max_seconds=60)
+    assert batches > 0
+    age = learner.buffer.take_replay_age()
+    states_written = learner.buffer.storage.states_written
+    assert 0 < age < states_written  # a uniform sample over 3 races: about half the states stored came after it
+    assert learner.buffer.take_replay_age() is None  # the count starts again

@@ -178,6 +178,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "max_rollout_queue_size": (_positive_int, "a positive integer", True),
     "update_inference_network_every_n_actions": (_positive_int, "a positive integer", False),
     "send_shared_network_every_n_batches": (_positive_int, "a positive integer", False),
+    "max_policy_lag": (_non_negative_int, "an integer >= 0 (published versions)", False),
     "save_frequency_s": (_positive_number, "a positive number (s)", False),
     "collector_stall_timeout_s": (_positive_number, "a positive number (s)", False),
 }

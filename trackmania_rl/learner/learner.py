@@ -1,7 +1,9 @@
 """The learner (DESIGN §2, §3.6): rollouts in, transitions stored, batches trained, weights published.
 
-It runs in the main process. `Learner` holds the networks, buffers, counters and logs; `scripts/train.py`
-drives it: take a rollout off a queue, `ingest` it, `train` while the replay-ratio credit lasts.
+It runs in the main process. `Learner` holds the networks, buffers, counters and logs; train_loop.py drives
+it: take an envelope from the rollout source, `ingest` it (validated once; races played with weights more
+than `max_policy_lag` versions old are not stored), `train` while the replay-ratio credit lasts, publishing
+(version, weights) to the source every `send_shared_network_every_n_batches` batches.
 """
 
 from __future__ import annotations
@@ -22,25 +24,25 @@ from trackmania_rl.learner.checkpoint import BUFFER, BUFFER_TEST, CONFIG_COPY, O
 from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.replay.buffers import load_buffer, make_buffers, resize_buffers, save_buffer
 from trackmania_rl.replay.experience import fill_buffers
-from trackmania_rl.rollouts.contract import InvalidRollout, validate_rollout
+from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, validate_envelope
 
 TRAINING_WINDOW_KEYS = ("loss", "loss_test", "grad_norm", "q_mean")
 
 
 class Learner:
-    def __init__(self, live_config, layout, device, run_dir: Path, shared_network=None, logger=None, log=print, resume=True, seed=444):
+    def __init__(self, live_config, layout, device, run_dir: Path, source=None, logger=None, log=print, resume=True, seed=444):
         self.live = live_config
         self.cfg = live_config.current
         self.layout = layout
         self.device = device
         self.run_dir = Path(run_dir)
-        self.shared_network = shared_network
+        self.source = source  # a RolloutSource: where the published weights go (None: nowhere, for tests and tools)
         self.logger = logger
         self.log = log
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.n_actions = len(self.cfg.inputs)
-        self.frame_shape = (1, self.cfg.H_downsized, self.cfg.W_downsized)
+        self.rollout_shape = RolloutShape((1, self.cfg.H_downsized, self.cfg.W_downsized), layout.dim, self.n_actions)
 
         self.stats = RunStats()
         self.online = make_network(self.cfg, layout, self.n_actions, device)
@@ -52,9 +54,7 @@ class Learner:
         self.buffer, self.buffer_test = make_buffers(self.cfg, layout, capacity, device=device, rng=self.rng)
         if resume:
             self._resume()
-        if self.shared_network is not None:
-            self.shared_network.set_version(self.stats.policy_version)
-            self.stats.policy_version = self.shared_network.publish(self.online)
+        self.publish()  # a resumed run continues its version count
 
         # windows for the periodic aggregate logs
         self.window = defaultdict(list)
@@ -119,6 +119,13 @@ class Learner:
         )
         return folder
 
+    def publish(self) -> None:
+        """The online weights become policy version + 1 at the source."""
+        if self.source is None:
+            return
+        self.stats.policy_version += 1
+        self.source.publish(self.stats.policy_version, {k: v.detach() for k, v in self.online.state_dict().items()})
+
     def save_due(self) -> bool:
         return time.perf_counter() - self.last_save_time >= self.cfg.save_frequency_s
 
@@ -137,22 +144,41 @@ class Learner:
         self.buffer_test.update_config(self.cfg)
 
     # ------------------------------------------------------------------------------------ rollouts in
-    def ingest(self, rollout_results: dict, end_race_stats: dict, meta: dict) -> dict:
-        """Account, log and (if the map fills the buffer) store one race. Returns what was done.
+    def ingest_envelope(self, envelope) -> dict:
+        """`ingest` for an envelope as a source delivers it (anything: it is checked)."""
+        if isinstance(envelope, (tuple, list)) and len(envelope) == 3:
+            return self.ingest(*envelope)
+        self.stats.rollouts_rejected += 1
+        self.log(f"rollout refused: an envelope must be (rollout_results, end_race_stats, meta), got {type(envelope).__name__}")
+        return {"rejected": "not an envelope"}
 
-        A rollout that breaks the contract is refused with a log line and nothing is stored.
+    def ingest(self, rollout_results: dict, end_race_stats: dict, meta: dict) -> dict:
+        """Validate, account, log and (if the map fills the buffer) store one race. Returns what was done.
+
+        An envelope that breaks the contract is refused with a log line, and a race played with weights more
+        than `max_policy_lag` versions old is dropped and counted by source: nothing of either is stored.
         """
         start = time.perf_counter()
-        gamma = self.schedules()["gamma"]
+        source = meta.get("source", "?") if isinstance(meta, dict) else "?"
         try:
-            validate_rollout(rollout_results, self.frame_shape, self.layout.dim, self.n_actions)
-            stored = (0, 0)
-            if meta.get("fill_buffer", True):  # raises before touching either buffer
-                stored = fill_buffers(rollout_results, self.buffer, self.buffer_test, self.cfg, self.layout, gamma, self.rng)
+            validate_envelope((rollout_results, end_race_stats, meta), self.rollout_shape)
+            lag = policy_lag(rollout_results, self.stats.policy_version)
+            if lag < 0:
+                raise InvalidRollout(f"`policy_version` {self.stats.policy_version - lag} is newer than the learner's {self.stats.policy_version}")
         except InvalidRollout as e:
             self.stats.rollouts_rejected += 1
-            self.log(f"rollout from collector {meta.get('collector')} on {meta.get('map_name')} seed {meta.get('seed')} refused: {e}")
+            where = f"{source} {meta.get('collector')} on {meta.get('map_name')} seed {meta.get('seed')}" if isinstance(meta, dict) else source
+            self.log(f"rollout from {where} refused: {e}")
             return {"rejected": str(e)}
+        self.window["policy_lag_versions"].append(lag)
+        if lag > self.cfg.max_policy_lag:
+            dropped = self.stats.rollouts_dropped_stale
+            dropped[source] = dropped.get(source, 0) + 1
+            return {"dropped": "stale", "policy_lag": lag}
+        stored = (0, 0)
+        if meta.get("fill_buffer", True):
+            gamma = self.schedules()["gamma"]
+            stored = fill_buffers(rollout_results, self.buffer, self.buffer_test, self.cfg, self.layout, gamma, self.rng, validate=False)
         n_train, n_test = stored
         n_frames = len(rollout_results["actions"])
         self.stats.frames_played += n_frames
@@ -162,7 +188,7 @@ class Learner:
         self.stats.single_memories_should_have_been_used += self.cfg.number_times_single_memory_is_used_before_discard * n_train
         ingest_s = time.perf_counter() - start
         self._log_race(rollout_results, end_race_stats, meta, ingest_s)
-        return {"n_train": n_train, "n_test": n_test, "ingest_s": ingest_s, "frames": n_frames}
+        return {"n_train": n_train, "n_test": n_test, "ingest_s": ingest_s, "frames": n_frames, "policy_lag": lag}
 
     def _log_race(self, rollout_results, end_race_stats, meta, ingest_s) -> None:
         kind = f"{'explo' if meta.get('is_explo') else 'eval'}_{meta.get('map_status', 'trained')}"
@@ -177,10 +203,9 @@ class Learner:
             self.stats.latest_eval_native_score[meta.get("map_status", "trained")] = float(end_race_stats.get("native_score", 0.0))
         if rollout_results["q_values"]:
             self.window["q_mean"].append(float(np.mean(np.max(np.stack(rollout_results["q_values"]), axis=1))))
-        versions = rollout_results.get("policy_version") or [self.stats.policy_version]
-        self.stats.newest_policy_version_acted = max(self.stats.newest_policy_version_acted, int(max(versions)))
-        policy_lag = self.stats.policy_version - float(np.mean(versions))
-        self.window["policy_lag_versions"].append(policy_lag)
+        versions = rollout_results["policy_version"]
+        if versions:
+            self.stats.newest_policy_version_acted = max(self.stats.newest_policy_version_acted, int(max(versions)))
         self.window["ingest_ms"].append(1000 * ingest_s)
         self.window["race_time_ratio"].append(
             end_race_stats.get("race_time_for_ratio", 0) / 1000 / max(1e-9, meta.get("rollout_duration_s", 1e-9))
@@ -233,8 +258,8 @@ class Learner:
                 self.stats.next_target_network_update_at += cfg.number_memories_trained_on_between_target_network_updates
                 self.trainer.soft_update_target(cfg.soft_update_tau)
                 self.stats.target_network_updates += 1
-            if self.shared_network is not None and self.stats.batches_done % cfg.send_shared_network_every_n_batches == 0:
-                self.stats.policy_version = self.shared_network.publish(self.online)
+            if self.stats.batches_done % cfg.send_shared_network_every_n_batches == 0:
+                self.publish()
             elapsed = time.perf_counter() - start
             self.window_time["training"] += elapsed
             self.stats.training_seconds += elapsed
@@ -251,11 +276,16 @@ class Learner:
         if self.logger is not None:
             training = {k: float(np.mean(v)) for k, v in self.window.items() if v and k in TRAINING_WINDOW_KEYS}
             training.update(self.schedules())
+            training["replay_age_states"] = self.buffer.take_replay_age()
             training["batches_done"] = self.stats.batches_done
             training["buffer_size"] = len(self.buffer)
             training["buffer_test_size"] = len(self.buffer_test)
             self.logger.scalars("training", training, step)
             pipeline = {k: float(np.mean(v)) for k, v in self.window.items() if v and k not in TRAINING_WINDOW_KEYS}
+            if self.window["policy_lag_versions"]:
+                pipeline["policy_lag_versions_max"] = float(np.max(self.window["policy_lag_versions"]))
+                self.logger.histogram("pipeline/policy_lag_versions", self.window["policy_lag_versions"], step)
+            pipeline["rollouts_dropped_stale"] = sum(self.stats.rollouts_dropped_stale.values())
             pipeline["learner_waiting_percent"] = 100 * self.window_time["waiting"] / elapsed
             pipeline["learner_training_percent"] = 100 * (self.window_time["training"] + self.window_time["testing"]) / elapsed
             pipeline["transitions_learned_per_s"] = len(self.window["loss"]) * self.cfg.batch_size / elapsed

@@ -21,7 +21,8 @@ class RunStats:
     newest_policy_version_acted: int = 0  # newest version a collector reported acting with
     training_seconds: float = 0.0
     wall_seconds: float = 0.0  # time the learner ran, summed over resumes
-    rollouts_rejected: int = 0
+    rollouts_rejected: int = 0  # envelopes that broke the contract
+    rollouts_dropped_stale: dict = field(default_factory=dict)  # per source: races older than max_policy_lag
     collector_restarts: int = 0
     best_race_time_ms: dict = field(default_factory=dict)  # per map name, finished races only
     latest_eval_native_score: dict = field(default_factory=dict)  # per map status ("trained"/"blind")

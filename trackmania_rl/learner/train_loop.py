@@ -23,6 +23,7 @@ from trackmania_rl.monitoring.tensorboard import RunLogger
 from trackmania_rl.rollouts.local.collector import collector_main
 from trackmania_rl.rollouts.local.pool import CollectorPool
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
+from trackmania_rl.rollouts.local.source import LocalCollectorSource
 
 AGGREGATE_LOG_PERIOD_S = 30.0
 
@@ -99,37 +100,38 @@ def run_training(options: TrainOptions) -> int:
     ctx = torch_mp.get_context("spawn")
     shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs), "cpu"), ctx)
     logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
-    learner = Learner(live, layout, device, run_dir, shared_network=shared, logger=logger, log=log, resume=True)
-    frames_played = ctx.Value("q", learner.stats.frames_played, lock=False)
+    frames_played = ctx.Value("q", 0, lock=False)  # the learner's count, read by collectors for their schedules
+    pause_event = ctx.Event()
     pool = CollectorPool(
         ctx,
         collector_main,
-        args=(str(config_copy), user.game_backend, collectors_count, shared, frames_played),
+        args=(str(config_copy), user.game_backend, collectors_count, shared, frames_played, pause_event),
         count=collectors_count,
         queue_size=cfg.max_rollout_queue_size,
         log=log,
     )
+    source = LocalCollectorSource(pool, shared, pause_event, stall_timeout_s=lambda: live.current.collector_stall_timeout_s)
+    learner = Learner(live, layout, device, run_dir, source=source, logger=logger, log=log, resume=True)
+    frames_played.value = learner.stats.frames_played
     status = StatusLine(enabled=options.status_line)
     _stop_on_sigterm()
     deadline = time.perf_counter() + 60 * options.max_minutes if options.max_minutes else None
     last_aggregate = time.perf_counter()
     exit_reason = "time limit reached"
-    pool.start()
+    source.start()
     try:
         while deadline is None or time.perf_counter() < deadline:
             live.reload()
             learner.apply_config()  # config edits, schedules and buffer growth by frames played
             cfg = live.current
             wait_start = time.perf_counter()
-            got = pool.get_rollout(timeout_s=0.0 if learner.can_train() else 0.5)
+            envelope = source.get(timeout_s=0.0 if learner.can_train() else 0.5)
             learner.note_waiting(time.perf_counter() - wait_start)
-            if got is not None:
-                _, (rollout_results, end_race_stats, meta) = got
-                learner.ingest(rollout_results, end_race_stats, meta)
+            if envelope is not None:
+                learner.ingest_envelope(envelope)
                 frames_played.value = learner.stats.frames_played
             learner.train(max_seconds=0.5)
-            restarted = pool.check(cfg.collector_stall_timeout_s)
-            learner.stats.collector_restarts += len(restarted)
+            learner.stats.collector_restarts += len(source.health().replaced)
             if time.perf_counter() - last_aggregate >= AGGREGATE_LOG_PERIOD_S:
                 learner.log_aggregates()
                 last_aggregate = time.perf_counter()
@@ -142,8 +144,8 @@ def run_training(options: TrainOptions) -> int:
     finally:
         status.clear()
         log(f"{exit_reason}: stopping collectors and saving")
-        pool.stop()
-        for line in pool.summary():
+        source.stop()
+        for line in source.summary():
             log(line)
         try:
             learner.log_aggregates()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
 RACE_KINDS = ("eval_trained", "eval_blind", "explo_trained", "explo_blind")
@@ -25,6 +26,7 @@ TRAINING_TAGS = (
     "batches_done",
     "buffer_size",
     "buffer_test_size",
+    "replay_age_states",
 )
 PIPELINE_TAGS = (
     "learner_waiting_percent",
@@ -33,6 +35,8 @@ PIPELINE_TAGS = (
     "queue_wait_ms",
     "ingest_ms",
     "policy_lag_versions",
+    "policy_lag_versions_max",
+    "rollouts_dropped_stale",
     "race_time_ratio",
     "collector_restarts",
 )
@@ -55,7 +59,8 @@ def custom_scalars_layout() -> dict:
         "Pipeline": {
             "learner time split (%)": ["Multiline", [r"pipeline/learner_(waiting|training)_percent$"]],
             "collector stages (ns per action)": ["Multiline", [r"pipeline/collector_.*_ns_per_action$"]],
-            "policy lag (versions)": ["Multiline", [r"pipeline/policy_lag_versions$"]],
+            "policy lag (versions)": ["Multiline", [r"pipeline/policy_lag_versions(_max)?$", r"pipeline/rollouts_dropped_stale$"]],
+            "replay age (states stored since)": ["Multiline", [r"training/replay_age_states$"]],
             "throughput": ["Multiline", [r"pipeline/transitions_learned_per_s$", r"pipeline/race_time_ratio$"]],
         },
     }
@@ -76,6 +81,9 @@ class RunLogger:
         for name, value in values.items():
             if value is not None:
                 self.writer.add_scalar(f"{prefix}/{name}", float(value), step)
+
+    def histogram(self, tag: str, values, step: int) -> None:
+        self.writer.add_histogram(tag, np.asarray(values, dtype=np.float64), step)
 
     def race(self, kind: str, values: dict, step: int) -> None:
         for name, value in values.items():

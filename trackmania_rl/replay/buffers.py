@@ -51,6 +51,7 @@ class TransitionReplayBuffer(ReplayBuffer):
     def __init__(self, *, storage: TransitionStorage, sampler: Sampler, transform: MiniRaceTransform, batch_size: int):
         super().__init__(storage=storage, sampler=sampler, writer=TransitionWriter(), collate_fn=transform, batch_size=batch_size)
         self.mini_race_transform = transform
+        self._sampled_age_sum, self._sampled_batches = 0.0, 0  # replay age of sampled batches, see take_replay_age
 
     @property
     def capacity(self) -> int:
@@ -63,9 +64,20 @@ class TransitionReplayBuffer(ReplayBuffer):
     def sample_batch(self, batch_size: int | None = None) -> dict:
         data, info = self.sample(batch_size, return_info=True)
         data["index"] = info["index"]
+        self._sampled_age_sum += float(self.storage.replay_age(info["index"]).mean())
+        self._sampled_batches += 1
         if "_weight" in info:
             data["weight"] = info["_weight"].to(self.mini_race_transform.device)
         return data
+
+    def take_replay_age(self) -> float | None:
+        """Mean replay age (states stored after the sampled transitions' own) of the batches sampled since the
+        last call, or None if none was; starts a new count."""
+        if not self._sampled_batches:
+            return None
+        mean = self._sampled_age_sum / self._sampled_batches
+        self._sampled_age_sum, self._sampled_batches = 0.0, 0
+        return mean
 
     def resize(self, capacity: int) -> None:
         with self._replay_lock:

@@ -1,11 +1,9 @@
 """From one rollout to replay transitions: the n-step rule, rewards, shaping potentials, test split (DESIGN §3.5).
 
-Rollout contract (DESIGN §3.2, decided for this project): per-state lists with F entries (`frames` uint8
-(1, H, W), `state_float` float32 (D,), `meters_advanced_along_centerline`, `current_zone_idx`,
-`car_gear_and_wheels`) and per-action lists with A >= F - 1 entries (`actions`, `action_was_greedy`,
-`q_values`, `input_w`). When the race was finished, `race_time` (ms) is present and state F-1 is the finish
-pseudo-state (real frame and floats at the finish line, always terminal, potential 0). Transitions are built
-for i = 0 .. F-2 in both cases.
+The rollout follows the contract of trackmania_rl/rollouts/contract.py (F states; A = F - 1 actions when
+the race was finished, else F), checked by its `validate_rollout`. When the race was finished, `race_time`
+(ms) is present and state F-1 is the finish pseudo-state (real frame and floats at the finish line, always
+terminal, potential 0). Transitions are built for i = 0 .. F-2 in both cases.
 
 For transition i (gamma = the learner's current gamma, N = cfg.n_steps):
 - n = min(N, F-1-i), cut to reach exactly the first non-greedy action after i when
@@ -27,10 +25,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from trackmania_rl.games.float_layout import FloatLayout
-from trackmania_rl.rollouts.contract import InvalidRollout  # one error type for broken rollouts
-
-STATE_KEYS = ("frames", "state_float", "meters_advanced_along_centerline")
-ACTION_KEYS = ("actions", "action_was_greedy")
+from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, validate_rollout
 
 
 @dataclass
@@ -121,31 +116,6 @@ class Experience:
         return cls(**values)
 
 
-def _check_rollout(rollout_results: dict, layout: FloatLayout | None) -> tuple[int, bool]:
-    """F and whether the race was finished; raises InvalidRollout on a broken rollout."""
-    for key in STATE_KEYS + ACTION_KEYS:
-        if key not in rollout_results:
-            raise InvalidRollout(f"rollout has no `{key}` list")
-    n_states = len(rollout_results["frames"])
-    for key in STATE_KEYS:
-        if len(rollout_results[key]) != n_states:
-            raise InvalidRollout(f"rollout `{key}` has {len(rollout_results[key])} entries, `frames` has {n_states}")
-    for key in ACTION_KEYS:
-        if not n_states - 1 <= len(rollout_results[key]) <= n_states:
-            raise InvalidRollout(f"rollout `{key}` has {len(rollout_results[key])} entries for {n_states} states (expected F-1 or F)")
-    finished = "race_time" in rollout_results and rollout_results["race_time"] is not None
-    if finished and not np.isfinite(rollout_results["race_time"]):
-        raise InvalidRollout(f"rollout race_time {rollout_results['race_time']!r} is not finite")
-    if n_states:
-        shape = np.shape(rollout_results["frames"][0])
-        if len(shape) != 3 or shape[0] != 1:
-            raise InvalidRollout(f"rollout frames must be (1, H, W), got {shape}")
-        dim = np.shape(rollout_results["state_float"][0])
-        if layout is not None and dim != (layout.dim,):
-            raise InvalidRollout(f"rollout state_float must be ({layout.dim},), got {dim}")
-    return n_states, finished
-
-
 def step_rewards(rollout_results: dict, cfg) -> np.ndarray:
     """r_{k+1} for the step from state k to k+1, k = 0..F-2 (float64, (F-1,)).
 
@@ -190,29 +160,24 @@ def n_steps_per_transition(action_was_greedy, n_states: int, n_steps_max: int, d
     return n.astype(np.int64)
 
 
-def rollout_to_experience(rollout_results: dict, cfg, layout: FloatLayout, gamma: float, distance_fn: Callable | None = None) -> Experience:
-    """All transitions of one rollout (see the module docstring). Raises InvalidRollout."""
-    n_states, finished = _check_rollout(rollout_results, layout)
-    n_max = cfg.n_steps
-    n_transitions = max(n_states - 1, 0)
-    try:
-        frames = np.stack(rollout_results["frames"]) if n_states else np.zeros((0, 1, 1, 1), np.uint8)
-        state_float = np.stack(rollout_results["state_float"]).astype(np.float32) if n_states else np.zeros((0, layout.dim), np.float32)
-    except ValueError as e:
-        raise InvalidRollout(f"rollout frames or state_float entries differ in shape: {e}") from None
-    if frames.dtype != np.uint8:
-        raise InvalidRollout(f"rollout frames must be uint8, got {frames.dtype}")
-    if not np.all(np.isfinite(state_float)):
-        raise InvalidRollout("rollout state_float holds NaN or inf")
-    progress = np.asarray(rollout_results["meters_advanced_along_centerline"], dtype=np.float64)
-    if not np.all(np.isfinite(progress)):
-        raise InvalidRollout("rollout meters_advanced_along_centerline holds NaN or inf")
-    actions = np.asarray(rollout_results["actions"][:n_transitions], dtype=np.float64)
-    if not np.all(np.isfinite(actions)) or np.any(actions < 0) or np.any(actions != np.round(actions)):
-        raise InvalidRollout("rollout actions must be integers >= 0 for every decision step")
+def rollout_to_experience(
+    rollout_results: dict, cfg, layout: FloatLayout, gamma: float, distance_fn: Callable | None = None, *, validate: bool = True
+) -> Experience:
+    """All transitions of one rollout (see the module docstring). Raises InvalidRollout.
 
-    phi = potentials(state_float, layout, cfg, distance_fn) if n_states else np.zeros(0, np.float32)
-    if finished and n_states:
+    `validate=False` skips the contract check for a caller that has just made it (the learner)."""
+    if validate:
+        validate_rollout(rollout_results, (1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
+    n_states = len(rollout_results["frames"])
+    finished = RACE_TIME in rollout_results
+    n_max = cfg.n_steps
+    n_transitions = n_states - 1
+    frames = np.stack(rollout_results["frames"])
+    state_float = np.stack(rollout_results["state_float"]).astype(np.float32)
+    actions = np.asarray(rollout_results["actions"][:n_transitions], dtype=np.float64)
+
+    phi = potentials(state_float, layout, cfg, distance_fn)
+    if finished:
         phi[-1] = 0.0  # the finish pseudo-state
     r = step_rewards(rollout_results, cfg)
     n = n_steps_per_transition(rollout_results["action_was_greedy"], n_states, n_max, cfg.discard_non_greedy_actions_in_nsteps)
@@ -267,13 +232,15 @@ def fill_buffers(
     gamma: float,
     rng: np.random.Generator,
     distance_fn: Callable | None = None,
+    *,
+    validate: bool = True,
 ) -> tuple[int, int]:
     """Turn one rollout into transitions and append them to the train and test buffers.
 
     `buffer_test` may be None (everything goes to `buffer`). Returns (n_train, n_test). Raises InvalidRollout
-    before touching either buffer when the rollout is broken.
+    before touching either buffer when the rollout is broken (`validate=False`: the caller has checked it).
     """
-    experience = rollout_to_experience(rollout_results, cfg, layout, gamma, distance_fn)
+    experience = rollout_to_experience(rollout_results, cfg, layout, gamma, distance_fn, validate=validate)
     if buffer_test is None:
         is_test = np.zeros(len(experience), dtype=bool)
     else:

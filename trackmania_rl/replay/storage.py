@@ -117,6 +117,11 @@ class TransitionStorage(Storage):
             exp = exp.tail(lo)
         return exp
 
+    def replay_age(self, slots) -> np.ndarray:
+        """For transitions at these slots: how many states were stored after each one's own state (its age in
+        the buffer, about the transitions stored since)."""
+        return self.states_written - self._state_gid_np[np.asarray(slots, dtype=np.int64)]
+
     def append(self, exp: Experience) -> torch.Tensor:
         """Write the transitions of `exp` (oldest first, evicting the oldest stored ones); returns their slots."""
         self._check_experience(exp)

@@ -1,59 +1,144 @@
-"""Checking a rollout before it is stored (DESIGN §3.2, §6): wrong shapes or NaNs are refused, not stored."""
+"""The rollout contract (DESIGN §3.2, §7): what every rollout source hands the learner, and its one validator.
+
+An envelope is `(rollout_results, end_race_stats, meta)`:
+- `rollout_results`: one race, per-step lists. Per state (F >= 1 entries): `STATE_KEYS`; per action (A
+  entries, A = F - 1 when the race was finished, whose last state is the finish pseudo-state, else A = F):
+  `GAME_ACTION_KEYS` as the game instance returns them, plus `policy_version`, the version of the published
+  weights each action was chosen with, which every source adds (the collector knows it, the game does
+  not). Scalars: `furthest_zone_idx`; `race_time` (ms) only when the race was finished.
+- `end_race_stats`: a dict of the race's results (`race_finished`, `race_time`, ...; DESIGN §3.2).
+- `meta`: a dict naming the source and the race (`source`, `collector`, `map_name`, `seed`, `map_status`,
+  `is_explo`, `fill_buffer`, timings).
+
+`validate_rollout` checks a game's rollout_results (the replay math calls it on what it is given);
+`validate_envelope` checks a whole envelope, policy versions included, before anything is stored: every
+source's envelopes go through it (the learner calls it). Messages name the key and the problem.
+"""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-STATE_LISTS = ("frames", "state_float", "current_zone_idx", "meters_advanced_along_centerline", "car_gear_and_wheels")
-ACTION_LISTS = ("actions", "action_was_greedy", "q_values", "input_w")
+# per state: uint8 frame (1, H, W), float32 inputs (D,), and the progress the rewards are computed from
+STATE_KEYS = ("frames", "state_float", "current_zone_idx", "meters_advanced_along_centerline", "car_gear_and_wheels")
+# per action: the decision and what the policy saw (from the game), and the policy version (added by the source)
+GAME_ACTION_KEYS = ("actions", "action_was_greedy", "q_values", "input_w")
+POLICY_VERSION = "policy_version"
+ACTION_KEYS = GAME_ACTION_KEYS + (POLICY_VERSION,)
+FURTHEST_ZONE = "furthest_zone_idx"
+RACE_TIME = "race_time"  # present only when the race was finished
 
 
 class InvalidRollout(ValueError):
-    """The rollout breaks the rollout_results contract; the message names the key and the step."""
+    """The rollout or its envelope breaks the contract; the message names the key and the step."""
+
+
+class Envelope(NamedTuple):
+    """One race as a source delivers it."""
+
+    rollout_results: dict
+    end_race_stats: dict
+    meta: dict
+
+
+class RolloutShape(NamedTuple):
+    """What a rollout must look like for this run: frame shape (1, H, W), float count D, action count."""
+
+    frame_shape: tuple
+    float_dim: int
+    n_actions: int
+
+
+def validate_envelope(envelope, shape: RolloutShape) -> Envelope:
+    """The envelope as an `Envelope`, or InvalidRollout naming the first problem found."""
+    if not isinstance(envelope, (tuple, list)) or len(envelope) != 3:
+        raise InvalidRollout("an envelope must be (rollout_results, end_race_stats, meta)")
+    rollout_results, end_race_stats, meta = envelope
+    for name, part in (("end_race_stats", end_race_stats), ("meta", meta)):
+        if not isinstance(part, dict):
+            raise InvalidRollout(f"`{name}` must be a dict, got {type(part).__name__}")
+    validate_rollout(rollout_results, shape.frame_shape, shape.float_dim, shape.n_actions)
+    versions = rollout_results.get(POLICY_VERSION)
+    if not isinstance(versions, (list, tuple)):
+        raise InvalidRollout(f"rollout_results lacks `{POLICY_VERSION}`: a list with the policy version of each action")
+    if len(versions) != len(rollout_results["actions"]):
+        raise InvalidRollout(f"`{POLICY_VERSION}` has {len(versions)} entries but `actions` has {len(rollout_results['actions'])}")
+    versions = _numbers(rollout_results, POLICY_VERSION, None)
+    if versions.size and (not np.issubdtype(versions.dtype, np.integer) or versions.min() < 0):
+        raise InvalidRollout(f"`{POLICY_VERSION}` must hold integers >= 0, got {versions.dtype} values from {versions.min()}")
+    return Envelope(rollout_results, end_race_stats, meta)
 
 
 def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_actions: int) -> None:
-    """Raise InvalidRollout naming the first problem found."""
+    """Raise InvalidRollout naming the first problem found in one race's rollout_results."""
     if not isinstance(rollout, dict):
         raise InvalidRollout(f"rollout_results must be a dict, got {type(rollout).__name__}")
-    for key in STATE_LISTS + ACTION_LISTS + ("furthest_zone_idx",):
+    for key in STATE_KEYS + GAME_ACTION_KEYS + (FURTHEST_ZONE,):
         if key not in rollout:
             raise InvalidRollout(f"rollout_results lacks key `{key}`")
+    for key in STATE_KEYS + GAME_ACTION_KEYS:
+        if not isinstance(rollout[key], (list, tuple)):
+            raise InvalidRollout(f"`{key}` must be a list with one entry per step, got {type(rollout[key]).__name__}")
     n_states = len(rollout["frames"])
     n_actions_taken = len(rollout["actions"])
-    finished = "race_time" in rollout
-    if n_states < 2:
-        raise InvalidRollout(f"rollout has {n_states} state(s); at least 2 are needed for one transition")
-    for key in STATE_LISTS:
+    finished = RACE_TIME in rollout
+    if n_states < 1:
+        raise InvalidRollout("rollout has no state")
+    for key in STATE_KEYS:
         if len(rollout[key]) != n_states:
             raise InvalidRollout(f"`{key}` has {len(rollout[key])} entries but `frames` has {n_states}")
-    for key in ACTION_LISTS:
+    for key in GAME_ACTION_KEYS:
         if len(rollout[key]) != n_actions_taken:
             raise InvalidRollout(f"`{key}` has {len(rollout[key])} entries but `actions` has {n_actions_taken}")
     expected_actions = n_states - 1 if finished else n_states
     if n_actions_taken != expected_actions:
         state = "finished" if finished else "cut-off"
         raise InvalidRollout(f"a {state} rollout with {n_states} states must have {expected_actions} actions, has {n_actions_taken}")
-    if finished and not (isinstance(rollout["race_time"], (int, np.integer)) and rollout["race_time"] > 0):
-        raise InvalidRollout(f"`race_time` must be a positive integer of ms, got {rollout['race_time']!r}")
+    race_time = rollout.get(RACE_TIME)
+    if finished and not (isinstance(race_time, (int, np.integer)) and not isinstance(race_time, bool) and race_time > 0):
+        raise InvalidRollout(f"`{RACE_TIME}` must be a positive integer of ms, got {race_time!r}")
     for i, frame in enumerate(rollout["frames"]):
         if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 or frame.shape != tuple(frame_shape):
             got = getattr(frame, "shape", None), getattr(frame, "dtype", type(frame).__name__)
             raise InvalidRollout(f"`frames[{i}]` must be uint8 of shape {tuple(frame_shape)}, got {got}")
     floats = rollout["state_float"]
     for i, f in enumerate(floats):
-        if not isinstance(f, np.ndarray) or f.shape != (float_dim,):
-            raise InvalidRollout(f"`state_float[{i}]` must have shape ({float_dim},), got {getattr(f, 'shape', type(f).__name__)}")
+        if not isinstance(f, np.ndarray) or f.shape != (float_dim,) or not np.issubdtype(f.dtype, np.floating):
+            got = getattr(f, "shape", None), getattr(f, "dtype", type(f).__name__)
+            raise InvalidRollout(f"`state_float[{i}]` must be floats of shape ({float_dim},), got {got}")
     stacked = np.stack(floats)
     if not np.all(np.isfinite(stacked)):
         step = int(np.argwhere(~np.isfinite(stacked))[0][0])
         raise InvalidRollout(f"`state_float[{step}]` contains NaN or inf")
-    progress = np.asarray(rollout["meters_advanced_along_centerline"], dtype=np.float64)
+    progress = _numbers(rollout, "meters_advanced_along_centerline", np.float64)
     if not np.all(np.isfinite(progress)):
         raise InvalidRollout("`meters_advanced_along_centerline` contains NaN or inf")
-    actions = np.asarray(rollout["actions"])
+    actions = _numbers(rollout, "actions", None)
     if actions.size and (not np.issubdtype(actions.dtype, np.integer) or actions.min() < 0 or actions.max() >= n_actions):
         raise InvalidRollout(f"`actions` must be integers in [0, {n_actions}), got values {actions.min()}..{actions.max()}")
     q_values = rollout["q_values"]
     if q_values and (np.shape(q_values[0]) != (n_actions,) or not np.all(np.isfinite(np.stack(q_values)))):
         raise InvalidRollout(f"`q_values` must be finite vectors of shape ({n_actions},)")
+    furthest = rollout[FURTHEST_ZONE]
+    if not isinstance(furthest, (int, np.integer)) or isinstance(furthest, bool) or furthest < 0:
+        raise InvalidRollout(f"`{FURTHEST_ZONE}` must be an integer >= 0, got {furthest!r}")
+
+
+def _numbers(rollout: dict, key: str, dtype) -> np.ndarray:
+    """A per-step list of scalars as an array; InvalidRollout when it holds anything else."""
+    try:
+        array = np.asarray(rollout[key], dtype=dtype)
+    except (TypeError, ValueError):
+        raise InvalidRollout(f"`{key}` must hold one number per step") from None
+    if array.ndim != 1 or array.dtype == object:
+        raise InvalidRollout(f"`{key}` must hold one number per step")
+    return array
+
+
+def policy_lag(rollout_results: dict, current_version: int) -> int:
+    """How many publications the rollout's oldest weights are behind the learner's: the version now minus the
+    oldest version any of its actions was chosen with (0 for a rollout without actions)."""
+    versions = rollout_results[POLICY_VERSION]
+    return int(current_version) - int(min(versions)) if len(versions) else 0

@@ -17,7 +17,8 @@ def test_publication_reaches_another_process():
     online = torch.nn.Linear(3, 2)
     with torch.no_grad():
         online.weight.fill_(0.5)
-    assert shared.publish(online) == 1
+    shared.publish(1, online.state_dict())
+    assert shared.version == 1
     results = ctx.Queue()
     child = ctx.Process(target=_child_reads, args=(shared, results))
     child.start()
@@ -30,7 +31,7 @@ def test_publication_reaches_another_process():
 def test_fetch_skips_when_version_is_known():
     ctx = tmp_mp.get_context("spawn")
     shared = SharedNetwork(torch.nn.Linear(3, 2), ctx)
-    shared.publish(torch.nn.Linear(3, 2))
+    shared.publish(1, torch.nn.Linear(3, 2).state_dict())
     calls = []
     assert shared.fetch_into(calls.append, 1) == 1
     assert calls == []

@@ -1,8 +1,9 @@
 """A collector process: one game instance and one inference network, playing races forever (DESIGN §2).
 
-Each race is put on the collector's own bounded queue as (rollout_results, end_race_stats, meta).
-The collector reloads the shared network every `update_inference_network_every_n_actions` actions and
-records, per step, the policy version it acted with.
+Each race is put on the collector's own bounded queue as an envelope (rollout_results, end_race_stats,
+meta; rollouts/contract.py). The collector reloads the shared network every
+`update_inference_network_every_n_actions` actions and records, per action, the policy version it acted
+with. While the source is paused it starts no new race.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.games import make_game_instance
 from trackmania_rl.games.base import GameCrashed
 from trackmania_rl.games.map_cycle import MapCycle
+from trackmania_rl.rollouts.contract import POLICY_VERSION
 
 COLLECTOR_SEED_BASE = 1_000
+SOURCE_NAME = "local"  # meta["source"] of every race a collector process plays
 
 
 def _parent_alive() -> bool:
@@ -44,7 +47,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def collector_main(index, rollout_queue, heartbeat, stop_event, config_path, game_backend, collectors_count, shared_network, frames_played):
+def collector_main(
+    index, rollout_queue, heartbeat, stop_event, config_path, game_backend, collectors_count, shared_network, frames_played, pause_event
+):
     """Process entry point. Never returns while the run goes on; exceptions other than game crashes end
     the process with a traceback, and the learner's pool restarts it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle; it stops us
@@ -72,6 +77,9 @@ def collector_main(index, rollout_queue, heartbeat, stop_event, config_path, gam
     try:
         while not stop_event.is_set() and _parent_alive():
             heartbeat.value = time.time()
+            if pause_event.is_set():  # paced by the learner: alive, but no new race
+                time.sleep(0.05)
+                continue
             if live.reload():
                 cfg = live.current
                 game.update_config(cfg)  # cut-offs and other live game settings
@@ -92,8 +100,9 @@ def collector_main(index, rollout_queue, heartbeat, stop_event, config_path, gam
                 log(f"race on {map_spec.name} seed {map_spec.seed} crashed and is dropped: {e}")
                 continue
             rollout_duration = time.perf_counter() - start
-            rollout_results["policy_version"] = list(policy.versions_used)
+            rollout_results[POLICY_VERSION] = list(policy.versions_used)
             meta = {
+                "source": SOURCE_NAME,
                 "collector": index,
                 "loop_number": loop_number,
                 "map_name": map_spec.name,

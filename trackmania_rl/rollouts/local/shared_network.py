@@ -1,8 +1,8 @@
 """The lock-guarded shared network between the learner and the collectors (DESIGN §2).
 
-The learner publishes its online weights into an uncompiled network living in shared memory and bumps
-a policy version; collectors copy the weights into their own (possibly compiled) inference network when
-the version moved. A collector thus always knows which policy version it acts with.
+The learner publishes its online weights, with their policy version, into an uncompiled network living in
+shared memory; collectors copy the weights into their own (possibly compiled) inference network when the
+version moved. A collector thus always knows which policy version it acts with.
 """
 
 from __future__ import annotations
@@ -26,14 +26,12 @@ class SharedNetwork:
     def version(self) -> int:
         return int(self._version.value)
 
-    def publish(self, source: torch.nn.Module) -> int:
-        """Copy `source`'s weights in (any device) and return the new version."""
-        state = {k: v.detach() for k, v in source.state_dict().items()}
+    def publish(self, version: int, weights: dict) -> None:
+        """Copy `weights` (name -> tensor, any device) in as policy `version`."""
         with self.lock, torch.no_grad():
             for name, tensor in self.network.state_dict().items():
-                tensor.copy_(state[name])
-            self._version.value += 1
-            return int(self._version.value)
+                tensor.copy_(weights[name].detach())
+            self._version.value = int(version)
 
     def fetch_into(self, copy_weights, known_version: int) -> int:
         """If a newer version exists, call `copy_weights(shared_network)` under the lock.
@@ -47,8 +45,3 @@ class SharedNetwork:
             if version != known_version:
                 copy_weights(self.network)
             return version
-
-    def set_version(self, version: int) -> None:
-        """Continue the version count of a resumed run."""
-        with self.lock:
-            self._version.value = int(version)

@@ -1,0 +1,56 @@
+"""The local rollout source: collector processes on this machine (DESIGN §2), the default source.
+
+Envelopes come from the collector pool's bounded queues (one per collector); weights go to the
+lock-guarded shared network the collectors reload from. Pausing asks the collectors to start no new race.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trackmania_rl.rollouts.local.collector import SOURCE_NAME
+from trackmania_rl.rollouts.local.pool import CollectorPool
+from trackmania_rl.rollouts.local.shared_network import SharedNetwork
+from trackmania_rl.rollouts.source import RolloutSource, SourceHealth
+
+
+class LocalCollectorSource(RolloutSource):
+    """`pool` runs the collector processes; `pause_event` (an mp Event) is the one its collectors were given."""
+
+    name = SOURCE_NAME
+
+    def __init__(self, pool: CollectorPool, shared_network: SharedNetwork, pause_event, stall_timeout_s: Callable[[], float]):
+        self.pool = pool
+        self.shared_network = shared_network
+        self.pause_event = pause_event
+        self.stall_timeout_s = stall_timeout_s  # read at every check: a live config may change it
+
+    def start(self) -> None:
+        self.pool.start()
+
+    def get(self, timeout_s: float):
+        got = self.pool.get_rollout(timeout_s)
+        if got is None:
+            return None
+        _, envelope = got
+        return envelope
+
+    def publish(self, version: int, weights: dict) -> None:
+        self.shared_network.publish(version, weights)
+
+    def pause(self) -> None:
+        self.pause_event.set()
+
+    def resume(self) -> None:
+        self.pause_event.clear()
+
+    def health(self) -> SourceHealth:
+        replaced = self.pool.check(self.stall_timeout_s())
+        alive = sum(1 for slot in self.pool.slots if slot.process is not None and slot.process.is_alive())
+        return SourceHealth(self.name, len(self.pool.slots), alive, replaced, self.pause_event.is_set())
+
+    def stop(self) -> None:
+        self.pool.stop()
+
+    def summary(self) -> list[str]:
+        return self.pool.summary()
