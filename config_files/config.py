@@ -2,7 +2,7 @@
 
 `scripts/train.py` copies this file to `config_copy.py` at start; the running processes reload the copy,
 so a live run can be tuned by editing `config_copy.py` while this file is kept for the next run.
-Every setting is checked by `trackmania_rl/config_loader.py`; settings marked [restart] cannot change in
+Every setting is checked by `trackmania_rl/config/schema.py`; settings marked [restart] cannot change in
 a live run (an edit of the copy is reported and not applied; put it in this file for the next start).
 docs/config.md explains each.
 Units: ms of game time, "m" are game distance units (Box2D units for CarRacing), frames = actions played.
@@ -19,7 +19,7 @@ H_downsized = 64
 W_downsized = 64
 
 # ---------------------------------------------------------------------------------------------------
-# Float inputs (the layout is declared once in trackmania_rl/games/car_racing_inputs.py)
+# Float inputs (the layout is declared once in trackmania_rl/games/car_racing/floats.py)
 # ---------------------------------------------------------------------------------------------------
 n_prev_actions_in_inputs = 5  # [restart]
 n_zone_centers_in_inputs = 16  # [restart] zone centers ahead given to the network

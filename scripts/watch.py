@@ -65,7 +65,7 @@ def main(argv=None) -> int:
 
             def observer(step, frame, state_float, decision):
                 action, _, _, q_values = decision
-                view = race_video.render_game_view(game.env)
+                view = race_video.render_game_view(cfg, game)
                 writer.write(composer.compose(view, frame, q_values, action, step * cfg.ms_per_action / 1000, step))
 
             record = evaluation.play_race(game, policy, args.seed, observer=observer)

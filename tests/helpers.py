@@ -31,8 +31,6 @@ def layout_for(cfg):
     return make_float_layout(cfg)
 
 
-
-
 def make_rollout(
     cfg,
     layout,

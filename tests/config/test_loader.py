@@ -72,3 +72,16 @@ def test_live_config_applies_valid_edits_refuses_invalid_and_holds_back_restart_
     assert live.current.tau_epsilon_boltzmann == 0.03
     assert live.current.batch_size == before.batch_size
     assert any("`batch_size`" in m and "needs a restart" in m for m in messages)
+
+
+def test_ms_per_action_comes_from_the_backends_physics_step(cfg):
+    from trackmania_rl.config.loader import build_config
+    from trackmania_rl.games.registry import MS_PER_PHYSICS_STEP
+
+    values = cfg.settings()
+    for backend, ms in (("carracing", 20), ("trackmania", 10)):
+        assert MS_PER_PHYSICS_STEP[backend] == ms
+        built = build_config(values, game_backend=backend, inputs=cfg.inputs_file())
+        assert built.game_backend == backend and built.ms_per_action == values["physics_steps_per_action"] * ms
+    with pytest.raises(ConfigError, match=r"unknown game backend 'pong'; expected one of \['carracing', 'trackmania'\]"):
+        build_config(values, game_backend="pong", inputs=cfg.inputs_file())

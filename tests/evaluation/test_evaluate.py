@@ -257,6 +257,23 @@ def test_mismatched_weights_name_the_entries(other_weights, weights):
     assert "missing entries: img_head.2.bias" in message
 
 
+def test_weights_files_that_are_not_state_dicts_are_named(weights, tmp_path):
+    cfg = evaluation.load_eval_config(weights.parent / CONFIG_COPY)
+    network = make_network(cfg, float_layout_for(cfg), len(cfg.inputs))
+    garbage, listed = tmp_path / "garbage.torch", tmp_path / "list.torch"
+    garbage.write_bytes(b"not a torch file")
+    torch.save([torch.zeros(1)], listed)
+    for path, fragment in (
+        (tmp_path / "none.torch", "none.torch: no such file"),
+        (garbage, "cannot be loaded as a state_dict: it is not a torch file, or it holds objects other than tensors (torch.load"),
+        (listed, f"is not a state_dict (a dict of named tensors, as the learner saves {WEIGHTS_ONLINE})"),
+    ):
+        with pytest.raises(evaluation.EvaluationError) as error:
+            evaluation.load_state_dict_checked(network, path)
+        assert str(error.value).startswith(f"weights file {path}") and fragment in str(error.value)
+        assert error.value.__cause__ is None and error.value.__suppress_context__
+
+
 # ------------------------------------------------------------------------------------------------
 # scripts/watch.py
 # ------------------------------------------------------------------------------------------------

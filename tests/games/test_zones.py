@@ -131,6 +131,6 @@ def test_no_progress_cutoff_counts_from_the_last_new_furthest_zone():
 def test_overall_cutoff():
     g = l_shaped_geometry()
     tracker = ZoneTracker(g, max_distance_to_zone_center=3.0)
-    for t, x in zip(range(0, 10_000, 100), np.linspace(0, 9, 100)):
+    for t, x in zip(range(0, 10_000, 100), np.linspace(0, 9, 100), strict=True):
         tracker.update((x, 0.0), t)
         assert tracker.cutoff_reason(t, 5_000, 2_000) == (CUTOFF_OVERALL if t >= 5_000 else None)

@@ -1,5 +1,3 @@
-import pytest
-
 """End to end: `scripts/train.py` with real collector processes on CarRacing, a tiny network, about a minute.
 
 One run checks: rollouts arrive, batches train, the shared network's version rises and collectors act with
@@ -15,6 +13,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

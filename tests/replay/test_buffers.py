@@ -275,7 +275,7 @@ def test_prioritized_sampling_is_deterministic_by_construction(cfg, layout):
         buffer.sampler.rng = np.random.default_rng(seed)
         batch = buffer.sample_batch()
         assert sorted(batch["index"].tolist()) == [0, 3, 3, 3, 3, 3, 3, 3]
-        weight = dict(zip(batch["index"].tolist(), batch["weight"].tolist()))
+        weight = dict(zip(batch["index"].tolist(), batch["weight"].tolist(), strict=True))
         # w = (N P)^-beta / max: (4 x 1/8)^-beta / 0.5^-beta = 1 and (4 x 7/8)^-beta / 0.5^-beta = 7^-beta
         assert weight[0] == pytest.approx(1.0) and weight[3] == pytest.approx(7.0**-beta)
         np.testing.assert_array_equal(markers(layout, batch["state_float"].numpy()), batch["index"].numpy())

@@ -112,7 +112,7 @@ class MeanQAtFixedTaus:
       one matrix;
     - the mean over quantiles and the dueling combination V + A - mean(A) are linear, so they are folded
       into the last matrix: the N quantiles' hidden vectors side by side times N stacked copies of it.
-    The result equals forward's to float rounding (~1e-7; tests/test_iqn.py checks several
+    The result equals forward's to float rounding (~1e-7; tests/agents/test_acting.py checks several
     architectures). After every weight refresh (`InferenceNetwork.load_state_dict_from` bumps the
     generation) the weights are rewritten into the kept matrices, by `prepare()` or at the next call. Not
     thread-safe: every call reuses the same buffers. Measured in docs/performance.md."""
@@ -122,7 +122,7 @@ class MeanQAtFixedTaus:
             raise ValueError(f"fixed fractions must have shape (1, N), got {tuple(taus.shape)}")
         if network.device.type != "cpu":
             raise ValueError(f"the acting program runs on the CPU; this network is on {network.device}")
-        for conv in _convolutions(network.module):
+        for conv in network.module.convolutions:
             if conv.padding != (0, 0) or conv.dilation != (1, 1) or conv.groups != 1:
                 raise ValueError("the folded acting program supports convolutions without padding, dilation or groups")
         self.network = network
@@ -137,7 +137,7 @@ class MeanQAtFixedTaus:
         channels = 1
         self._frame_shape = (height, width)
         self._convs = []
-        for conv in _convolutions(m):
+        for conv in m.convolutions:
             (kh, kw), (sh, sw) = conv.kernel_size, conv.stride
             out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
             n_in = kh * kw * channels
@@ -156,15 +156,15 @@ class MeanQAtFixedTaus:
             self._convs.append(layer)
             height, width, channels = out_h, out_w, conv.out_channels
         conv_dim = channels * height * width
-        float_in, float_out = m.float_feature_extractor[0], m.float_feature_extractor[2]
+        float_in, float_out = m.float_input_layer, m.float_output_layer
         self._float_in = _Layer(np.ones((1, float_in.in_features + 1), np.float32), float_in.out_features)
         self._float_out = _Layer(np.ones((1, float_out.in_features + 1), np.float32), float_out.out_features)
         self._features = np.empty(conv_dim + float_out.out_features, np.float32)
         self._conv_features = self._features[:conv_dim].reshape(channels, height * width).T  # forward's channels-first
         self._float_features = self._features[None, conv_dim:]
         n_quantiles = self.taus.shape[1]
-        a_hidden, a_out = m.A_head[0], m.A_head[2]
-        n_hidden = a_hidden.out_features + m.V_head[0].out_features
+        a_hidden, a_out = m.advantage_hidden_layer, m.advantage_output_layer
+        n_hidden = a_hidden.out_features + m.value_hidden_layer.out_features
         self._embedding = np.empty((n_quantiles, self._features.size), np.float32)
         self._hidden = _Layer(np.ones((n_quantiles, self._features.size + 1), np.float32), n_hidden)
         self._q = _Layer(np.ones((1, n_quantiles * n_hidden + 1), np.float32), a_out.out_features)  # every quantile's hidden, side by side
@@ -174,18 +174,18 @@ class MeanQAtFixedTaus:
     def _rewrite(self) -> None:
         """The network's current weights -> the program's matrices, in place."""
         m = self.network.module
-        for i, (conv, layer) in enumerate(zip(_convolutions(m), self._convs)):
+        for i, (conv, layer) in enumerate(zip(m.convolutions, self._convs, strict=True)):
             weight, bias = _numpy(conv.weight), _numpy(conv.bias)
             if i == 0:  # the frame's (x - 128) / 128
                 weight, bias = weight / 128.0, bias - weight.sum(axis=(1, 2, 3))
             layer.set(weight.transpose(0, 2, 3, 1).reshape(weight.shape[0], -1), bias)  # inputs in (kh, kw, c) order
-        float_in, float_out = m.float_feature_extractor[0], m.float_feature_extractor[2]
+        float_in, float_out = m.float_input_layer, m.float_output_layer
         weight = _numpy(float_in.weight) / _numpy(m.float_std)
         self._float_in.set(weight, _numpy(float_in.bias) - weight @ _numpy(m.float_mean))
         self._float_out.set(_numpy(float_out.weight), _numpy(float_out.bias))
         self._embedding[:] = _numpy(m.quantile_embedding(self.taus)[0])
-        a_hidden, a_out = m.A_head[0], m.A_head[2]
-        v_hidden, v_out = m.V_head[0], m.V_head[2]
+        a_hidden, a_out = m.advantage_hidden_layer, m.advantage_output_layer
+        v_hidden, v_out = m.value_hidden_layer, m.value_output_layer
         n_a = a_hidden.out_features
         self._hidden.set(_numpy(a_hidden.weight), _numpy(a_hidden.bias), columns=slice(0, n_a))
         self._hidden.set(_numpy(v_hidden.weight), _numpy(v_hidden.bias), columns=slice(n_a, None))
@@ -257,10 +257,6 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 def _strided(array: np.ndarray, shape: tuple, element_strides: tuple) -> np.ndarray:
     """A view of `array`'s memory with the given shape and strides counted in elements."""
     return np.ndarray(shape, array.dtype, buffer=array, strides=tuple(s * array.itemsize for s in element_strides))
-
-
-def _convolutions(network: IQNNetwork) -> list[nn.Conv2d]:
-    return [layer for layer in network.img_head if isinstance(layer, nn.Conv2d)]
 
 
 def make_inference_network(cfg, layout: FloatLayout, n_actions: int, jit: bool, device: torch.device | str = "cpu") -> InferenceNetwork:

@@ -41,7 +41,7 @@ class Inferer:
         self.tau_epsilon_boltzmann = float(cfg.tau_epsilon_boltzmann)
         self.n_quantiles = int(cfg.iqn_k)
         self.taus = midpoint_taus(self.n_quantiles, self.device)
-        # on the CPU, an InferenceNetwork (agents/inference.py) acts through its short program for the mean Q
+        # on the CPU, an InferenceNetwork (agents/acting.py) acts through its short program for the mean Q
         # at these fixed fractions; other networks, and any network on a GPU, through forward
         mean_q_at = getattr(network, "mean_q_at", None)
         self._mean_q = mean_q_at(self.taus) if mean_q_at is not None and self.device.type == "cpu" else None

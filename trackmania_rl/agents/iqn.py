@@ -4,7 +4,15 @@
   (x - 128) / 128), float MLP on the float vector normalised by the layout's mean/std (registered buffers,
   so they are saved with the weights), cosine quantile embedding cos(pi i tau), i = 1..E, Hadamard product
   with the state features, dueling heads. forward(img, floats, n_quantiles, taus=None) -> (Q (B, N, A), taus (B, N)).
+- Named layers: `convolutions`, `float_input_layer`, `float_output_layer`, `advantage_hidden_layer`,
+  `advantage_output_layer`, `value_hidden_layer`, `value_output_layer` (read-only properties over the
+  nn.Sequential attributes, whose names and order make the state_dict keys of every saved model).
 - `save_network` / `load_network`: the weights and normalisation as a tensor file (weights_only loads).
+- Loading weights, the one owner: `load_network(network, path)` reads a state_dict file
+  (`read_state_dict`: weights_only, refuses anything but a dict of named tensors, strips torch.compile's
+  prefix) and loads it with `load_state_dict_into(network, state_dict)`, which checks the entries and
+  their shapes first and raises `StateDictMismatch` naming the missing, unexpected and mismatched ones.
+  Errors are `WeightsError`s (RuntimeError); a missing file raises FileNotFoundError.
 The learning step is in training.py, action selection in exploration.py, the collectors' acting program
 in acting.py.
 """
@@ -12,6 +20,7 @@ in acting.py.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import torch
@@ -21,9 +30,24 @@ from trackmania_rl.games.float_layout import FloatLayout
 from trackmania_rl.serialization import atomic_torch_save, safe_torch_load
 
 LEAKY_SLOPE = 0.01
+# positions of the linear layers in the float MLP (Linear, LeakyReLU, Linear, LeakyReLU) and in each
+# dueling head (Linear, LeakyReLU, Linear); read through IQNNetwork's named-layer properties
+_FIRST_LINEAR, _SECOND_LINEAR = 0, 2
 
 
 class IQNNetwork(nn.Module):
+    # the named-layer properties are for Python code (acting program, tests), not for TorchScript, which
+    # would otherwise try to compile them when the network is scripted
+    __jit_unused_properties__ = [
+        "convolutions",
+        "float_input_layer",
+        "float_output_layer",
+        "advantage_hidden_layer",
+        "advantage_output_layer",
+        "value_hidden_layer",
+        "value_output_layer",
+    ]
+
     def __init__(self, cfg, layout: FloatLayout, n_actions: int):
         super().__init__()
         self.n_actions = int(n_actions)
@@ -63,8 +87,47 @@ class IQNNetwork(nn.Module):
                 nn.init.orthogonal_(module.weight, gain)
                 nn.init.zeros_(module.bias)
         nn.init.orthogonal_(self.iqn_fc.weight, gain * math.sqrt(2))  # cos features have variance 1/2
-        nn.init.orthogonal_(self.A_head[-1].weight, 1.0)
-        nn.init.orthogonal_(self.V_head[-1].weight, 1.0)
+        nn.init.orthogonal_(self.advantage_output_layer.weight, 1.0)
+        nn.init.orthogonal_(self.value_output_layer.weight, 1.0)
+
+    # ----------------------------------------------------------------------------------------------
+    # Layers by name. The attributes `img_head`, `float_feature_extractor`, `A_head` and `V_head` stay
+    # nn.Sequential, in this order: their positions are the state_dict keys (`A_head.2.weight`...).
+    # ----------------------------------------------------------------------------------------------
+    @property
+    def convolutions(self) -> tuple[nn.Conv2d, ...]:
+        """The conv head's convolutions, first to last."""
+        return tuple(layer for layer in self.img_head if isinstance(layer, nn.Conv2d))
+
+    @property
+    def float_input_layer(self) -> nn.Linear:
+        """The float MLP's first layer (normalised floats -> hidden)."""
+        return self.float_feature_extractor[_FIRST_LINEAR]
+
+    @property
+    def float_output_layer(self) -> nn.Linear:
+        """The float MLP's second layer (hidden -> float features)."""
+        return self.float_feature_extractor[_SECOND_LINEAR]
+
+    @property
+    def advantage_hidden_layer(self) -> nn.Linear:
+        """The advantage head's first layer (features x quantile embedding -> hidden)."""
+        return self.A_head[_FIRST_LINEAR]
+
+    @property
+    def advantage_output_layer(self) -> nn.Linear:
+        """The advantage head's last layer (hidden -> one advantage per action)."""
+        return self.A_head[_SECOND_LINEAR]
+
+    @property
+    def value_hidden_layer(self) -> nn.Linear:
+        """The value head's first layer (features x quantile embedding -> hidden)."""
+        return self.V_head[_FIRST_LINEAR]
+
+    @property
+    def value_output_layer(self) -> nn.Linear:
+        """The value head's last layer (hidden -> the state value)."""
+        return self.V_head[_SECOND_LINEAR]
 
     def sample_taus(self, batch_size: int, n_quantiles: int, device: torch.device) -> torch.Tensor:
         """Stratified, antithetic: (k + U) / N for k < N/2 and their mirrors 1 - tau (plain stratified if N is odd)."""
@@ -87,7 +150,7 @@ class IQNNetwork(nn.Module):
             taus = taus.to(features.dtype).expand(batch_size, -1)
         return self.q_from_features(features, self.quantile_embedding(taus)), taus
 
-    # forward in parts; the collectors' acting program (agents/inference.py) computes the same function from
+    # forward in parts; the collectors' acting program (agents/acting.py) computes the same function from
     # these layers and `quantile_embedding`
 
     def state_features(self, img: torch.Tensor, state_float: torch.Tensor) -> torch.Tensor:
@@ -122,7 +185,114 @@ def save_network(network: nn.Module, path: str | Path) -> None:
     atomic_torch_save(strip_compile_prefix(network.state_dict()), path)
 
 
+# --------------------------------------------------------------------------------------------------
+# Loading weights: the one owner (evaluation, the learner's resume and the tools all load through here)
+# --------------------------------------------------------------------------------------------------
+MAX_LISTED_ENTRIES = 4  # mismatching entries named in an error message, per kind
+
+
+class WeightsError(RuntimeError):
+    """Weights that cannot be loaded into a network; the message names the file or the entries at fault."""
+
+
+class WeightsFileUnreadable(WeightsError):
+    """torch.load with weights_only=True failed: not a torch file, or one holding objects other than
+    tensors. `reason` is the useful part of torch's message."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(
+            f"weights file {path} cannot be loaded as a state_dict: it is not a torch file, or it holds objects "
+            f"other than tensors (torch.load with weights_only=True failed: {reason})"
+        )
+
+
+class NotAStateDict(WeightsError):
+    """The weights are not a dict of named tensors."""
+
+    def __init__(self, source: str):
+        self.source = source
+        super().__init__(f"{source} is not a state_dict (a dict of named tensors)")
+
+
+class StateDictMismatch(WeightsError):
+    """The state_dict's entries or shapes differ from the network's. `missing`, `unexpected` (entry
+    names) and `shape_mismatches` ("name (weights shape) vs (network shape)") list them all; `problems`
+    names them (at most MAX_LISTED_ENTRIES of each kind)."""
+
+    def __init__(self, source: str, missing: list[str], unexpected: list[str], shape_mismatches: list[str]):
+        self.source = source
+        self.missing, self.unexpected, self.shape_mismatches = missing, unexpected, shape_mismatches
+        problems = []
+        for what, items in (
+            ("missing entries", missing),
+            ("unexpected entries", unexpected),
+            ("shape mismatches (weights vs config)", shape_mismatches),
+        ):
+            if items:
+                more = f" and {len(items) - MAX_LISTED_ENTRIES} more" if len(items) > MAX_LISTED_ENTRIES else ""
+                problems.append(f"{what}: {', '.join(items[:MAX_LISTED_ENTRIES])}{more}")
+        self.problems = "; ".join(problems)
+        super().__init__(f"{source} does not match the network ({self.problems})")
+
+
+def read_state_dict(path: str | Path, map_location="cpu") -> dict[str, torch.Tensor]:
+    """The state_dict saved in a file (by `save_network`, or the learner's checkpoints), with
+    torch.compile's prefix stripped. Loads with weights_only=True (nothing is unpickled). Raises
+    FileNotFoundError, WeightsFileUnreadable or NotAStateDict."""
+    path = Path(path)
+    try:
+        state_dict = safe_torch_load(path, map_location=map_location)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # not a torch file, or one holding objects that weights_only refuses
+        raise WeightsFileUnreadable(path, _load_failure(e)) from e
+    return _checked_state_dict(state_dict, f"weights file {path}")
+
+
+def load_state_dict_into(network: nn.Module, state_dict, source: str = "state_dict") -> None:
+    """Load an in-memory state_dict (e.g. just read from a checkpoint) into `network`, checked first:
+    NotAStateDict if it is not a dict of named tensors, StateDictMismatch naming the missing, unexpected
+    and mismatched entries (nothing is loaded then). torch.compile's `_orig_mod.` prefix is ignored on
+    both sides. `source` names the weights in the messages (e.g. "weights file <path>")."""
+    state_dict = _checked_state_dict(state_dict, source)
+    target = getattr(network, "_orig_mod", network)  # a compiled network: its module, whose keys have no prefix
+    expected = target.state_dict()
+    missing = sorted(set(expected) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(expected))
+    shapes = [
+        f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in state_dict and state_dict[k].shape != v.shape
+    ]
+    if missing or unexpected or shapes:
+        raise StateDictMismatch(source, missing, unexpected, shapes)
+    target.load_state_dict(state_dict, strict=True)
+
+
 def load_network(network: nn.Module, path: str | Path) -> None:
-    """Load weights and normalisation saved by `save_network` (weights_only=True); raises on any mismatch."""
-    state_dict = safe_torch_load(path, map_location=next(network.parameters()).device)
-    network.load_state_dict(strip_compile_prefix(state_dict), strict=True)
+    """Load weights and normalisation saved by `save_network` (or a checkpoint's weights file) into
+    `network`, on the network's device: `read_state_dict` then `load_state_dict_into`. Raises
+    FileNotFoundError or a WeightsError naming what does not fit."""
+    path = Path(path)
+    state_dict = read_state_dict(path, map_location=next(network.parameters()).device)
+    load_state_dict_into(network, state_dict, f"weights file {path}")
+
+
+def _checked_state_dict(state_dict, source: str) -> dict[str, torch.Tensor]:
+    """A dict of named tensors with torch.compile's prefix stripped; NotAStateDict otherwise."""
+    if not isinstance(state_dict, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state_dict.items()):
+        raise NotAStateDict(source)
+    return strip_compile_prefix(state_dict)
+
+
+def _load_failure(e: Exception) -> str:
+    """The useful part of a torch.load failure (its weights_only message is long and suggests turning
+    the safety off, which is not what to do with an unknown file)."""
+    text = str(e).strip()
+    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\s*\n|$)", text, re.S)
+    if found:
+        return found.group(1).strip()
+    if isinstance(e, EOFError):
+        return "the file is empty or truncated"
+    return text.splitlines()[0] if text else type(e).__name__

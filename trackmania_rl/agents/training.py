@@ -129,7 +129,9 @@ class Trainer:
 
 @torch.no_grad()
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    for p_target, p_online in zip(target.parameters(), online.parameters()):
+    """target <- (1 - tau) target + tau online, buffers copied; the target is a network of the online one's
+    architecture (same parameters and buffers, in the same order)."""
+    for p_target, p_online in zip(target.parameters(), online.parameters(), strict=True):
         p_target.lerp_(p_online, float(tau))
-    for b_target, b_online in zip(target.buffers(), online.buffers()):
+    for b_target, b_online in zip(target.buffers(), online.buffers(), strict=True):
         b_target.copy_(b_online)

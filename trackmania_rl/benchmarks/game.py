@@ -61,12 +61,12 @@ def make_policy(cfg, layout, n_actions: int):
     follower's actions so that the car follows the track), reporting it greedy when it is the network's
     argmax. `policy.start_race(drive)` sets that driver for the coming race.
     `update_network()` is the collector's: the rollout calls it every
-    update_inference_network_every_n_actions actions; before each call a new policy version is announced
-    (version bump only: the learner's publish is not the collector's cost), so every call copies the
-    shared weights into the acting network, as a collector does whenever the learner has published: the
-    collector's worst case."""
+    update_inference_network_every_n_actions actions; before each call the collector forgets the version it
+    holds (as if the learner had published: its publish is not the collector's cost), so every call copies
+    the shared weights into the acting network, as a collector does whenever the learner has published:
+    the collector's worst case."""
     shared = SharedNetwork(make_network(cfg, layout, n_actions, "cpu"), torch_mp.get_context("spawn"))
-    shared.publish(shared.network)  # version 1
+    shared.publish(1, shared.network.state_dict())
     collector = CollectorPolicy(cfg, layout, n_actions, shared)
 
     def policy(frame, state_float):
@@ -75,7 +75,7 @@ def make_policy(cfg, layout, n_actions: int):
         return action, action == int(q_values.argmax()), value, q_values
 
     def update_network():
-        shared.set_version(shared.version + 1)  # "the learner published": the collector's fetch copies
+        collector.version = -1  # "the learner published": the collector's fetch copies
         collector.update_network()
 
     def start_race(drive):  # what a collector does before each race (greedy: `drive` decides anyway)
@@ -173,7 +173,7 @@ def _measure(cfg, game: CarRacingGameInstance, repetitions: int):
     for rep in range(repetitions):
         seed = SEEDS[rep % len(SEEDS)]
         for name in names[rep % 3 :] + names[: rep % 3]:
-            wall, cpu, stats = timed(lambda: contenders[name](seed))
+            wall, cpu, stats = timed(lambda name=name, seed=seed: contenders[name](seed))
             wall_rates[name].append(len(recorded[seed]) / wall)
             cpu_rates[name].append(len(recorded[seed]) / cpu)
             if name == "rollout":
@@ -228,7 +228,7 @@ def run(args):
         # the same without the network (nothing decides): the game side's own overhead
         ("game.collector_efficiency_without_network", "rollout_without_network", {}),
     ):
-        paired = [r / b for r, b in zip(wall_rates[name], wall_rates["bare"])]
+        paired = [r / b for r, b in zip(wall_rates[name], wall_rates["bare"], strict=True)]  # one of each per repetition
         yield {
             "figure": figure,
             "value": round(median[name] / median["bare"], 4),

@@ -57,11 +57,12 @@ def synthetic_rollout(cfg, layout, rng: np.random.Generator, n_states: int = ROL
         "state_float": list(floats),
         "meters_advanced_along_centerline": list(np.cumsum(rng.uniform(0.0, 4.0, n_states))),
         "current_zone_idx": list(range(n_states)),
-        "car_gear_and_wheels": [None] * n_states,
+        "car_gear_and_wheels": [np.zeros(0, np.float32)] * n_states,
         "actions": list(rng.integers(0, n_actions, n_states)),
         "action_was_greedy": list(rng.random(n_states) < 0.95),
-        "q_values": [None] * n_states,
+        "q_values": [np.zeros(n_actions, np.float32)] * n_states,
         "input_w": [True] * n_states,
+        "furthest_zone_idx": n_states - 1,
     }
 
 

@@ -22,26 +22,35 @@ from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR
 from trackmania_rl.games import float_layout_for
+from trackmania_rl.games.backend import DEFAULT_GAME_BACKEND
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.rollouts.local.collector import collector_main
 from trackmania_rl.rollouts.local.pool import CollectorPool
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
+from trackmania_rl.rollouts.local.source import LocalCollectorSource
 
 WARMUP_ROLLOUTS = 1  # per collector: the first race pays for imports and TorchScript compilation
+GAME_BACKEND = DEFAULT_GAME_BACKEND  # the built-in game
 
 
-def _start_pool(ctx, config_path: Path, shared, count: int) -> CollectorPool:
-    frames_played = ctx.Value("q", 0, lock=False)
+def _local_source(ctx, config_path: Path, shared, count: int) -> LocalCollectorSource:
+    """The local rollout source with `count` collectors, not started."""
+    frames_played, pause_event = ctx.Value("q", 0, lock=False), ctx.Event()
     pool = CollectorPool(
         ctx,
         collector_main,
-        args=(str(config_path), "carracing", count, shared, frames_played),
+        args=(str(config_path), GAME_BACKEND, count, shared, frames_played, pause_event),
         count=count,
         queue_size=1,
         log=lambda m: None,
     )
-    pool.start()
-    return pool
+    return LocalCollectorSource(pool, shared, pause_event, stall_timeout_s=lambda: 600.0)
+
+
+def _start_pool(ctx, config_path: Path, shared, count: int) -> CollectorPool:
+    source = _local_source(ctx, config_path, shared, count)
+    source.start()
+    return source.pool
 
 
 def _aggregate_actions_per_s(ctx, config_path: Path, shared, count: int, window_s: float) -> float:
@@ -73,26 +82,27 @@ def run(args):
     try:
         config_path = workdir / "config_copy.py"
         shutil.copyfile(CONFIG_DIR / "config.py", config_path)
-        live = LiveConfig(config_path, game_backend="carracing", log=lambda m: None)
+        live = LiveConfig(config_path, game_backend=GAME_BACKEND, log=lambda m: None)
         cfg = live.current
         layout = float_layout_for(cfg)
         ctx = torch_mp.get_context("spawn")
         shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs)), ctx)
 
         # ingest: one collector feeding a learner that does not train
-        learner = Learner(live, layout, torch.device("cpu"), workdir / "run", shared_network=shared, log=lambda m: None, resume=False)
-        pool = _start_pool(ctx, config_path, shared, 1)
+        source = _local_source(ctx, config_path, shared, 1)
+        learner = Learner(live, layout, torch.device("cpu"), workdir / "run", source=source, log=lambda m: None, resume=False)
+        source.start()
         fractions, ingest_ms, play_s = [], [], []
         try:
             received = 0
             while len(fractions) < n_rollouts:
                 start = time.perf_counter()
-                got = pool.get_rollout(timeout_s=0.0)
-                if got is None:
+                envelope = source.get(timeout_s=0.0)
+                if envelope is None:
                     time.sleep(0.005)
                     continue
-                rollout_results, end_race_stats, meta = got[1]
-                learner.ingest(rollout_results, end_race_stats, meta)
+                learner.ingest_envelope(envelope)
+                meta = envelope[2]
                 elapsed = time.perf_counter() - start
                 received += 1
                 if received <= WARMUP_ROLLOUTS:
@@ -101,7 +111,7 @@ def run(args):
                 ingest_ms.append(1000 * elapsed)
                 play_s.append(meta["rollout_duration_s"])
         finally:
-            pool.stop()
+            source.stop()
         yield {
             "figure": "pipeline.ingest_fraction",
             "value": round(statistics.median(fractions), 5),

@@ -11,13 +11,15 @@ import runpy
 import types
 from pathlib import Path
 
-from trackmania_rl.config.schema import SETTINGS, ConfigError
+from trackmania_rl.config.schema import ADDED_LATER, SETTINGS, ConfigError
+
+# Game time per physics step, by backend: game knowledge, so it lives with the games. The config's one
+# dependency on games/ (a layer above it): games/registry.py holds only constants and games/__init__.py
+# imports nothing at load, so loading a config still starts neither numpy nor gymnasium nor Box2D.
+from trackmania_rl.games.registry import MS_PER_PHYSICS_STEP
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "config_files"
-
-# Game time per physics step, by backend (CarRacing: 50 Hz; Trackmania: 100 Hz).
-MS_PER_PHYSICS_STEP = {"carracing": 20, "trackmania": 10}
 
 
 DERIVED = ("ms_per_action", "temporal_mini_race_duration_actions", "game_backend", "inputs", "input_settings")
@@ -70,6 +72,7 @@ def load_inputs(path: Path | None = None) -> dict:
 def build_config(values: dict, game_backend: str = "carracing", inputs: dict | None = None, source: str = "config") -> Config:
     if game_backend not in MS_PER_PHYSICS_STEP:
         raise ConfigError(f"user_config.game_backend: unknown game backend {game_backend!r}; expected one of {sorted(MS_PER_PHYSICS_STEP)}")
+    values = {**{k: v for k, v in ADDED_LATER.items() if k not in values}, **values}
     missing = [name for name in SETTINGS if name not in values]
     if missing:
         raise ConfigError(f"{source}: missing setting(s) {', '.join(missing)}")
@@ -90,7 +93,7 @@ def build_config(values: dict, game_backend: str = "carracing", inputs: dict | N
     if values["shaped_reward_min_dist_to_cur_vcp"] > values["shaped_reward_max_dist_to_cur_vcp"]:
         raise ConfigError(f"{source}: setting `shaped_reward_min_dist_to_cur_vcp` must not exceed `shaped_reward_max_dist_to_cur_vcp`")
     height, width = values["H_downsized"], values["W_downsized"]
-    for channels, kernel, stride in values["conv_layers"]:
+    for _channels, kernel, stride in values["conv_layers"]:
         height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
     if height < 1 or width < 1:
         raise ConfigError(

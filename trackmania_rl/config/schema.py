@@ -185,3 +185,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
 
 # settings that a live config edit cannot change (network shape, buffer layout, processes): a restart applies them
 RESTART_ONLY = tuple(name for name, (_, _, needs_restart) in SETTINGS.items() if needs_restart)
+
+# Settings added after config files were first written, with the value a file that predates them gets
+# (an older run's config copy, a shipped model's settings). config_files/config.py sets the same values.
+ADDED_LATER = {"max_policy_lag": 100_000}

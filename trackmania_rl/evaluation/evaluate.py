@@ -8,7 +8,7 @@
 
 Every problem with what the user asked for (a missing file, weights that do not fit the config, a bad
 seed list...) raises `EvaluationError` with a message naming it; the scripts print it and exit 2.
-Nothing is unpickled: weights load with `torch.load(weights_only=True)`.
+Nothing is unpickled: weights load with `torch.load(weights_only=True)` (agents/iqn.py `load_network`).
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ import torch
 
 from trackmania_rl.agents.acting import make_inference_network
 from trackmania_rl.agents.exploration import Inferer
-from trackmania_rl.agents.iqn import make_network, strip_compile_prefix
+from trackmania_rl.agents.iqn import NotAStateDict, StateDictMismatch, WeightsFileUnreadable, load_network, make_network
 from trackmania_rl.config.loader import CONFIG_DIR, ConfigError, load_config
 from trackmania_rl.games import float_layout_for, make_game_instance
+from trackmania_rl.games.backend import DEFAULT_GAME_BACKEND
 from trackmania_rl.games.base import GameCrashed, MapSpec
 from trackmania_rl.learner.checkpoint import CHECKPOINT, CONFIG_COPY, WEIGHTS_ONLINE, find_checkpoint
-from trackmania_rl.serialization import safe_torch_load
 
 DEFAULT_CONFIG = CONFIG_DIR / "config.py"
 EVAL_MAP_NAME = "eval"
-GAME_BACKEND = "carracing"  # the only backend with a game instance so far
-_MAX_LISTED = 4  # mismatching entries named in an error message
+# the game evaluated on: configs are loaded for it, and the layout and game instance come from its
+# backend (games/backend.py)
+GAME_BACKEND = DEFAULT_GAME_BACKEND
 
 
 class EvaluationError(ValueError):
@@ -151,7 +152,7 @@ def resolve_checkpoint(
 
 
 def load_eval_config(config_path: str | Path, max_race_seconds: float | None = None):
-    """The config to evaluate with (CarRacing backend), with the overall race cutoff overridden if asked."""
+    """The config to evaluate with (built for GAME_BACKEND), with the overall race cutoff overridden if asked."""
     try:
         cfg = load_config(config_path, game_backend=GAME_BACKEND)
     except ConfigError as e:
@@ -177,61 +178,31 @@ def load_eval_config(config_path: str | Path, max_race_seconds: float | None = N
 # The policy
 # --------------------------------------------------------------------------------------------------
 def load_state_dict_checked(network: torch.nn.Module, weights_path: str | Path, config_path: str | Path | None = None) -> None:
-    """Load a saved state_dict into `network`; EvaluationError naming the mismatching entries if the
-    weights were made for another architecture (another config)."""
+    """Load a saved state_dict into `network` (agents/iqn.py `load_network`); EvaluationError naming
+    the mismatching entries if the weights were made for another architecture (another config)."""
     weights_path = Path(weights_path)
     try:
-        state_dict = safe_torch_load(weights_path, map_location=next(network.parameters()).device)
+        load_network(network, weights_path)
     except FileNotFoundError:
         raise EvaluationError(f"weights file {weights_path}: no such file") from None
-    except Exception as e:  # not a torch file, or one holding objects that weights_only refuses
-        raise EvaluationError(
-            f"weights file {weights_path} cannot be loaded as a state_dict: it is not a torch file, or it holds objects "
-            f"other than tensors (torch.load with weights_only=True failed: {_load_failure(e)})"
-        ) from None
-    if not isinstance(state_dict, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state_dict.items()):
+    except WeightsFileUnreadable as e:
+        raise EvaluationError(str(e)) from None
+    except NotAStateDict:
         raise EvaluationError(
             f"weights file {weights_path} is not a state_dict (a dict of named tensors, as the learner saves {WEIGHTS_ONLINE})"
-        )
-    state_dict = strip_compile_prefix(state_dict)
-    expected = network.state_dict()
-    missing = sorted(set(expected) - set(state_dict))
-    unexpected = sorted(set(state_dict) - set(expected))
-    shapes = [
-        f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in state_dict and state_dict[k].shape != v.shape
-    ]
-    problems = []
-    for what, items in (("missing entries", missing), ("unexpected entries", unexpected), ("shape mismatches (weights vs config)", shapes)):
-        if items:
-            more = f" and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else ""
-            problems.append(f"{what}: {', '.join(items[:_MAX_LISTED])}{more}")
-    if problems:
+        ) from None
+    except StateDictMismatch as e:
         config_note = f" {config_path}" if config_path is not None else ""
         raise EvaluationError(
-            f"weights file {weights_path} does not match the network of config{config_note} ({'; '.join(problems)}); "
+            f"weights file {weights_path} does not match the network of config{config_note} ({e.problems}); "
             "pass the config the weights were trained with (--config, e.g. the run's checkpoint/config_copy.py)"
-        )
-    network.load_state_dict(state_dict, strict=True)
-
-
-def _load_failure(e: Exception) -> str:
-    """The useful part of a torch.load failure (its weights_only message is long and suggests turning
-    the safety off, which is not what to do with an unknown file)."""
-    text = str(e).strip()
-    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\s*\n|$)", text, re.S)
-    if found:
-        return found.group(1).strip()
-    if isinstance(e, EOFError):
-        return "the file is empty or truncated"
-    return text.splitlines()[0] if text else type(e).__name__
+        ) from None
 
 
 class GreedyPolicy:
     """The network in eval mode behind a greedy Inferer: `policy(frame, state_float)` ->
     (action, True, value, q_values), deterministic for given inputs. Runs on the CPU and decides as a
-    collector does, through the inference network's acting program (agents/inference.py)."""
+    collector does, through the inference network's acting program (agents/acting.py)."""
 
     def __init__(self, cfg, network: torch.nn.Module, layout, paths: CheckpointPaths | None = None):
         self.cfg = cfg

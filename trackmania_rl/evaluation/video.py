@@ -1,10 +1,11 @@
 """Video of a greedy race (scripts/watch.py): each frame is, side by side,
 
-    | game view (CarRacing's full RGB render) | network input frame (grey, upscaled) | Q-value bars |
+    | game view (the game's full RGB view) | network input frame (grey, upscaled) | Q-value bars |
 
 all `height` pixels high. The Q panel has one bar per action, scaled between that step's lowest and
 highest Q, with the value printed; the chosen action is highlighted, and the panel's header gives the game
 time and step (which also keeps consecutive frames distinct: GIF writers merge identical frames).
+The game view and its size come from the game's backend description (games/backend.py).
 Drawn with numpy and cv2; written with imageio (GIF through Pillow, MP4 through imageio-ffmpeg).
 """
 
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from gymnasium.envs.box2d import car_racing as gym_car_racing
 
-VIEW_ASPECT = gym_car_racing.VIDEO_W / gym_car_racing.VIDEO_H  # CarRacing's "rgb_array" render: 600 x 400
+from trackmania_rl.games.backend import game_backend
+
 MIN_HEIGHT = 64
 MIN_Q_PANEL_WIDTH = 160
 FORMATS = (".gif", ".mp4")
@@ -51,13 +52,15 @@ class PanelLayout:
 
 
 def panel_layout(cfg, height: int) -> PanelLayout:
-    """Panel sizes of a video frame `height` pixels high (every size even)."""
+    """Panel sizes of a video frame `height` pixels high (every size even); the game view keeps the
+    aspect of the full view of the config's game."""
     if height < MIN_HEIGHT:
         raise ValueError(f"video height {height}: must be at least {MIN_HEIGHT} pixels")
     height = _even(height)
+    view_aspect = game_backend(cfg.game_backend).full_view_aspect
     return PanelLayout(
         height=height,
-        view_width=_even(height * VIEW_ASPECT),
+        view_width=_even(height * view_aspect),
         network_width=_even(height * cfg.W_downsized / cfg.H_downsized),
         q_width=_even(max(MIN_Q_PANEL_WIDTH, 0.8 * height)),
     )
@@ -74,13 +77,10 @@ def action_labels(cfg) -> list[str]:
     return labels
 
 
-def render_game_view(env) -> np.ndarray:
-    """The env's full RGB view (600 x 400 with the HUD, car particles included), rendered now.
-
-    CarRacingEnv only renders on request; its "rgb_array" mode draws the same scene as the frames the
-    network gets, at the video size, without touching the physics, so calling it between decisions
-    leaves the race unchanged."""
-    return env._render("rgb_array")
+def render_game_view(cfg, game) -> np.ndarray:
+    """The full RGB view of `game` (a game instance made for `cfg`), rendered now by its backend's
+    `render_full_view`: a render that leaves the race unchanged, so calling it between decisions is safe."""
+    return game_backend(cfg.game_backend).render_full_view(game)
 
 
 class FrameComposer:

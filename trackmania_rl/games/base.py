@@ -10,6 +10,11 @@ import numpy as np
 
 from trackmania_rl.games.float_layout import FloatLayout
 
+# rollout_results (DESIGN §3.2) as a game instance returns it: lists with one entry per state, lists with one
+# entry per action (rollouts/contract.py adds what a rollout source attaches and checks both)
+ROLLOUT_STATE_KEYS = ("frames", "state_float", "current_zone_idx", "meters_advanced_along_centerline", "car_gear_and_wheels")
+ROLLOUT_ACTION_KEYS = ("actions", "action_was_greedy", "q_values", "input_w")
+
 # exploration_policy(frame uint8 (1, H, W), state_float float32 (D,)) -> (action, action_was_greedy, value, q_values)
 ExplorationPolicy = Callable[[np.ndarray, np.ndarray], tuple]
 
@@ -53,5 +58,5 @@ class GameInstance(abc.ABC):
         Raises GameCrashed when the game failed mid-race (the instance rebuilds itself first).
         """
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a default that does nothing: a game without resources need not override it)
         """Release the game's resources."""

@@ -113,7 +113,7 @@ class ZoneGeometry:
         """`meters_advanced_along_centerline` of a position known to be in zone `zone_idx` (>= 1)."""
         k = zone_idx - 1
         origin, direction = self._transitions[k], self._directions[k]
-        along = sum((p - o) * d for p, o, d in zip(position, origin, direction))
+        along = sum((p - o) * d for p, o, d in zip(position, origin, direction, strict=False))
         return self._cumulative[k] + min(max(along, 0.0), self._lengths[k])
 
     def distance_to_finish(self, progress: float) -> float:

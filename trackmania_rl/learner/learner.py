@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from trackmania_rl.agents import schedules
-from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.agents.iqn import load_state_dict_into, make_network
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.checkpoint import BUFFER, BUFFER_TEST, CONFIG_COPY, OPTIMIZER, SCALER, STATS, WEIGHTS_ONLINE, WEIGHTS_TARGET
@@ -80,8 +80,8 @@ class Learner:
         # schedules would waste the run (Linesight's bare-except weakness).
         self.stats = RunStats.from_json(ckpt.load_json(folder, STATS))
         try:
-            self.online.load_state_dict(ckpt.load_torch(folder, WEIGHTS_ONLINE, self.device))
-            self.target.load_state_dict(ckpt.load_torch(folder, WEIGHTS_TARGET, self.device))
+            for network, name in ((self.online, WEIGHTS_ONLINE), (self.target, WEIGHTS_TARGET)):
+                load_state_dict_into(network, ckpt.load_torch(folder, name, self.device), f"checkpoint file {folder / name}")
             self.optimizer.load_state_dict(ckpt.load_torch(folder, OPTIMIZER, self.device))
             if (folder / SCALER).exists():
                 self.trainer.scaler.load_state_dict(ckpt.load_torch(folder, SCALER))
@@ -164,10 +164,14 @@ class Learner:
             validate_envelope((rollout_results, end_race_stats, meta), self.rollout_shape)
             lag = policy_lag(rollout_results, self.stats.policy_version)
             if lag < 0:
-                raise InvalidRollout(f"`policy_version` {self.stats.policy_version - lag} is newer than the learner's {self.stats.policy_version}")
+                raise InvalidRollout(
+                    f"`policy_version` {self.stats.policy_version - lag} is newer than the learner's {self.stats.policy_version}"
+                )
         except InvalidRollout as e:
             self.stats.rollouts_rejected += 1
-            where = f"{source} {meta.get('collector')} on {meta.get('map_name')} seed {meta.get('seed')}" if isinstance(meta, dict) else source
+            where = (
+                f"{source} {meta.get('collector')} on {meta.get('map_name')} seed {meta.get('seed')}" if isinstance(meta, dict) else source
+            )
             self.log(f"rollout from {where} refused: {e}")
             return {"rejected": str(e)}
         self.window["policy_lag_versions"].append(lag)

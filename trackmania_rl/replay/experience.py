@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from trackmania_rl.games.backend import game_backend
 from trackmania_rl.games.float_layout import FloatLayout
 from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, validate_rollout
 
@@ -111,7 +112,7 @@ class Experience:
         for f in fields(cls):
             arrays = [getattr(p, f.name) for p in parts]
             if f.name in ("state_index", "next_state_index"):
-                arrays = [a + o for a, o in zip(arrays, offsets)]
+                arrays = [a + o for a, o in zip(arrays, offsets, strict=True)]
             values[f.name] = np.concatenate(arrays)
         return cls(**values)
 
@@ -130,16 +131,15 @@ def step_rewards(rollout_results: dict, cfg) -> np.ndarray:
     if "race_time" in rollout_results and rollout_results["race_time"] is not None:
         elapsed_ms[-1] = float(rollout_results["race_time"]) - (len(progress) - 2) * cfg.ms_per_action
         if elapsed_ms[-1] < 0:
-            raise InvalidRollout(
-                f"race_time {rollout_results['race_time']} ms is before the last decision step ({(len(progress) - 2) * cfg.ms_per_action} ms)"
-            )
+            last_step_ms = (len(progress) - 2) * cfg.ms_per_action
+            raise InvalidRollout(f"race_time {rollout_results['race_time']} ms is before the last decision step ({last_step_ms} ms)")
     return cfg.constant_reward_per_ms * elapsed_ms + cfg.reward_per_m_advanced_along_centerline * np.diff(progress)
 
 
 def potentials(state_float: np.ndarray, layout: FloatLayout, cfg, distance_fn: Callable | None = None) -> np.ndarray:
     """Phi(s) = shaped_reward_dist_to_cur_vcp x clip(distance to the current zone center, min, max), per state."""
-    if distance_fn is None:
-        from trackmania_rl.games.car_racing.floats import distance_to_current_zone_center as distance_fn
+    if distance_fn is None:  # the game backend says how far the car is from its zone center
+        distance_fn = game_backend(cfg.game_backend).distance_to_current_zone_center
     distance = distance_fn(layout, state_float)
     clipped = np.clip(distance, cfg.shaped_reward_min_dist_to_cur_vcp, cfg.shaped_reward_max_dist_to_cur_vcp)
     return (cfg.shaped_reward_dist_to_cur_vcp * clipped).astype(np.float32)

@@ -21,10 +21,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-# per state: uint8 frame (1, H, W), float32 inputs (D,), and the progress the rewards are computed from
-STATE_KEYS = ("frames", "state_float", "current_zone_idx", "meters_advanced_along_centerline", "car_gear_and_wheels")
-# per action: the decision and what the policy saw (from the game), and the policy version (added by the source)
-GAME_ACTION_KEYS = ("actions", "action_was_greedy", "q_values", "input_w")
+from trackmania_rl.games.base import ROLLOUT_ACTION_KEYS, ROLLOUT_STATE_KEYS
+
+# per state: uint8 frame (1, H, W), float32 inputs (D,), and the progress the rewards are computed from;
+# per action: the decision and what the policy saw (both from the game), and the policy version (from the source)
+STATE_KEYS, GAME_ACTION_KEYS = ROLLOUT_STATE_KEYS, ROLLOUT_ACTION_KEYS
 POLICY_VERSION = "policy_version"
 ACTION_KEYS = GAME_ACTION_KEYS + (POLICY_VERSION,)
 FURTHEST_ZONE = "furthest_zone_idx"

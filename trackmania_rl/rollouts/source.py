@@ -43,9 +43,11 @@ class RolloutSource(abc.ABC):
         """Make these weights (name -> tensor, the online network's state_dict) the ones producers act with,
         as policy `version`; producers record, for each action, the version they acted with."""
 
+    @abc.abstractmethod
     def pause(self) -> None:
         """Ask producers to start no new race until `resume` (pacing); races in flight still arrive."""
 
+    @abc.abstractmethod
     def resume(self) -> None:
         """Undo `pause`."""
 

@@ -6,36 +6,15 @@ from gymnasium.envs.box2d import car_racing as gym_car_racing
 
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.games import make_game_instance
-from trackmania_rl.games.base import GameCrashed, MapSpec
+from trackmania_rl.games.base import ROLLOUT_ACTION_KEYS, ROLLOUT_STATE_KEYS, GameCrashed, MapSpec
 from trackmania_rl.games.car_racing import floats as car_floats
 from trackmania_rl.games.car_racing.actions import find_action
 from trackmania_rl.games.car_racing.driver import centerline_follower
-from trackmania_rl.games.car_racing.env import CarRacingEnv, _RoadDrawing
 from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker
 
 LAP_SEEDS = (0, 1, 2)
-STATE_KEYS = ("frames", "state_float", "car_gear_and_wheels", "current_zone_idx", "meters_advanced_along_centerline")
-ACTION_KEYS = ("actions", "action_was_greedy", "q_values", "input_w")
 INSTRUMENTATION = ("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network", "bookkeeping")
-
-
-def no_update():
-    pass
-
-
-def fixed_actions_policy(n_actions, actions):
-    """Plays `actions` in turn (then the last one forever); q_values favour the chosen action."""
-    played = iter(actions)
-    last = [actions[-1]]
-
-    def policy(frame, state_float):
-        action = next(played, last[0])
-        q = np.arange(n_actions, dtype=np.float32) * -0.1
-        q[action] = 1.0
-        return action, True, 1.0, q
-
-    return policy
 
 
 def random_actions_policy(n_actions, seed):
@@ -48,11 +27,6 @@ def random_actions_policy(n_actions, seed):
         return action, greedy, float(q.max()), q
 
     return policy
-
-
-def play(game, seed, policy, update_network=no_update):
-    spec = MapSpec(f"seed{seed}", seed, is_explo=True, fill_buffer=True)
-    return game.rollout(policy, spec, game.zone_centers_for(spec), update_network)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +50,7 @@ def short_game(cfg):
 
 
 @pytest.fixture(scope="module")
-def laps(game, cfg):
+def laps(game, cfg, play):
     """The scripted centerline follower on a few seeds: {seed: (rollout_results, end_race_stats)}."""
     return {seed: play(game, seed, centerline_follower(cfg, game.float_layout)) for seed in LAP_SEEDS}
 
@@ -110,15 +84,15 @@ def test_rollout_contract_of_a_finished_race(laps, game, cfg):
     n_actions = len(cfg.inputs)
     A = len(results["actions"])
     F = A + 1
-    for key in STATE_KEYS:
+    for key in ROLLOUT_STATE_KEYS:
         assert len(results[key]) == F, key
-    for key in ACTION_KEYS:
+    for key in ROLLOUT_ACTION_KEYS:
         assert len(results[key]) == A, key
     assert stats["n_actions"] == A
     for frame in results["frames"]:
         assert isinstance(frame, np.ndarray) and frame.dtype == np.uint8 and frame.shape == (1, cfg.H_downsized, cfg.W_downsized)
     car_block = layout.span(car_floats.CAR_STATE_FIRST, car_floats.CAR_STATE_LAST)
-    for state, car in zip(results["state_float"], results["car_gear_and_wheels"]):
+    for state, car in zip(results["state_float"], results["car_gear_and_wheels"], strict=True):
         assert state.dtype == np.float32 and state.shape == (layout.dim,)
         assert state[layout.slice(car_floats.MINI_RACE_CLOCK)] == 0.0
         assert np.all(np.isfinite(state))
@@ -212,13 +186,13 @@ def test_frames_show_the_road_darker_than_the_grass(game, cfg):
             car = np.array(env.car.hull.position)
             i = tracker.current_zone_idx
             centers = zone_centers[i + 2 : i + 8]
-            for (row, col), point in zip(game.world_to_frame(centers), centers):
+            for (row, col), point in zip(game.world_to_frame(centers), centers, strict=True):
                 if np.linalg.norm(point - car) > 4 and 0 <= row < frame.shape[0] and 0 <= col < frame.shape[1]:
                     road.append(frame[int(row), int(col)])
             heading = zone_centers[i + 1] - zone_centers[i]
             side = np.array([-heading[1], heading[0]]) / np.linalg.norm(heading)
             candidates = np.concatenate([centers + side * 16, centers - side * 16])
-            for (row, col), point in zip(game.world_to_frame(candidates), candidates):
+            for (row, col), point in zip(game.world_to_frame(candidates), candidates, strict=True):
                 far_from_road = np.min(np.linalg.norm(track - point, axis=1)) > 12
                 if far_from_road and 0 <= row < frame.shape[0] and 0 <= col < frame.shape[1]:
                     grass.append(frame[int(row), int(col)])
@@ -234,7 +208,7 @@ def test_frames_show_the_road_darker_than_the_grass(game, cfg):
     assert np.all(grass > 145), grass
 
 
-def test_cutoff_when_no_progress(game, cfg):
+def test_cutoff_when_no_progress(game, cfg, play, fixed_actions_policy):
     """Braking at the start: the default 2 s no-progress cutoff (60 s overall)."""
     brake = find_action(cfg, brake=True)
     results, stats = play(game, 5, fixed_actions_policy(len(cfg.inputs), [brake]))
@@ -243,13 +217,13 @@ def test_cutoff_when_no_progress(game, cfg):
     assert stats["race_time_for_ratio"] == cfg.cutoff_rollout_if_no_vcp_passed_within_duration_ms
     assert "race_time" not in results
     A = cfg.cutoff_rollout_if_no_vcp_passed_within_duration_ms // cfg.ms_per_action
-    for key in STATE_KEYS + ACTION_KEYS:
+    for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS:
         assert len(results[key]) == A, key
     assert stats["cp_time_ms"] == [0]
     assert stats["native_score"] == pytest.approx(1000 * stats["tiles_visited_fraction"] - 0.1 * A * cfg.physics_steps_per_action)
 
 
-def test_overall_cutoff(short_game, cfg):
+def test_overall_cutoff(short_game, cfg, play, fixed_actions_policy):
     results, stats = play(short_game, 6, fixed_actions_policy(len(cfg.inputs), [0]))
     A = 2_000 // cfg.ms_per_action
     assert stats["end_reason"] == "overall" and stats["race_time_for_ratio"] == 2_000
@@ -257,7 +231,7 @@ def test_overall_cutoff(short_game, cfg):
     assert len(results["actions"]) == len(results["frames"]) == A
 
 
-def test_leaving_the_playfield_ends_the_race_as_a_cutoff(short_game, cfg):
+def test_leaving_the_playfield_ends_the_race_as_a_cutoff(short_game, cfg, play):
     """CarRacing's own rule (|x| or |y| > 333): the car is moved past the edge before its 6th action."""
     game = short_game
     n = len(cfg.inputs)
@@ -280,7 +254,7 @@ def test_leaving_the_playfield_ends_the_race_as_a_cutoff(short_game, cfg):
     assert stats["native_score"] == pytest.approx(1000 * stats["tiles_visited_fraction"] - 0.1 * (steps - 1) - 100)
 
 
-def test_update_network_is_called_every_n_actions(cfg):
+def test_update_network_is_called_every_n_actions(cfg, play):
     game = CarRacingGameInstance(
         cfg.replace(cutoff_rollout_if_race_not_finished_within_duration_ms=1_600, update_inference_network_every_n_actions=3)
     )
@@ -299,7 +273,7 @@ def test_update_network_is_called_every_n_actions(cfg):
     assert updates_before_decision == list(range(0, 20, 3))  # before decisions 0, 3, 6, ...
 
 
-def test_same_seed_and_actions_give_identical_rollouts(short_game, cfg):
+def test_same_seed_and_actions_give_identical_rollouts(short_game, cfg, play):
     def run(game):
         return play(game, 7, random_actions_policy(len(cfg.inputs), seed=11))
 
@@ -308,16 +282,16 @@ def test_same_seed_and_actions_give_identical_rollouts(short_game, cfg):
     fresh = run(other)
     other.close()
     for results, stats in (again, fresh):
-        for key in STATE_KEYS + ACTION_KEYS:
+        for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS:
             assert len(results[key]) == len(first[0][key])
-            for a, b in zip(results[key], first[0][key]):
+            for a, b in zip(results[key], first[0][key], strict=True):
                 np.testing.assert_array_equal(a, b)
         assert results["furthest_zone_idx"] == first[0]["furthest_zone_idx"]
         assert stats["native_score"] == first[1]["native_score"]
         assert stats["cp_time_ms"] == first[1]["cp_time_ms"]
 
 
-def test_one_render_per_action_is_bit_identical_to_plain_steps(short_game, cfg, monkeypatch):
+def test_one_render_per_action_is_bit_identical_to_plain_steps(short_game, cfg, monkeypatch, play, fixed_actions_policy):
     """The rollout's frames and native score equal those of a plain CarRacing stepped k times per action
     (rendering at the same size: the plain env reads the module's STATE_W/STATE_H)."""
     game = short_game
@@ -337,7 +311,7 @@ def test_one_render_per_action_is_bit_identical_to_plain_steps(short_game, cfg, 
             native_score += reward
     plain.close()
     assert len(plain_frames) == len(results["frames"]) == 25
-    for ours, theirs in zip(results["frames"], plain_frames):
+    for ours, theirs in zip(results["frames"], plain_frames, strict=True):
         np.testing.assert_array_equal(ours, theirs)
     assert stats["native_score"] == native_score  # exact: same float operations
     # and the raw view after the last action (above the HUD: step() draws the HUD's score before
@@ -347,39 +321,7 @@ def test_one_render_per_action_is_bit_identical_to_plain_steps(short_game, cfg, 
     assert tuple(game.env.car.hull.position) == tuple(plain.car.hull.position)
 
 
-@pytest.mark.parametrize("unsure_px", [_RoadDrawing.UNSURE_PX, 60.0])
-def test_road_drawing_draws_exactly_what_car_racing_draws(monkeypatch, unsure_px):
-    """The vectorised on-screen test changes no pixel: car poses all over the playfield (on the road,
-    on grass, at its edges, every heading), during the zoom-in of the first second and after, with
-    visited (recoloured) tiles; with a wide unsure band, many polygons go to CarRacing's own test."""
-    monkeypatch.setattr(_RoadDrawing, "UNSURE_PX", unsure_px)
-    env = CarRacingEnv(render_size=(64, 74))
-    rng = np.random.default_rng(3)
-    compared = 0
-    for seed in (0, 5):
-        env.reset(seed=seed)
-        for tile in env.road[::7]:
-            tile.color[:] = env.road_color  # what the contact listener does to a visited tile
-        hull = env.car.hull
-        track_points = [(x, y) for _, _, x, y in env.track]
-        for k in range(12):
-            if k % 3 == 0:
-                position = track_points[int(rng.integers(len(track_points)))]
-            else:
-                position = tuple(rng.uniform(-gym_car_racing.PLAYFIELD, gym_car_racing.PLAYFIELD, size=2))
-            hull.position, hull.angle = position, float(rng.uniform(-2 * np.pi, 2 * np.pi))
-            env.t = float(rng.choice([0.0, 0.4, 1.0, 7.5]))
-            ours = env.render_state_pixels()
-            with monkeypatch.context() as original:
-                original.setattr(CarRacingEnv, "_render_road", gym_car_racing.CarRacing._render_road)
-                theirs = env.render_state_pixels()
-            np.testing.assert_array_equal(ours, theirs)
-            compared += 1
-    env.close()
-    assert compared == 24
-
-
-def test_a_game_that_raises_mid_race_is_rebuilt(short_game, cfg):
+def test_a_game_that_raises_mid_race_is_rebuilt(short_game, cfg, play, fixed_actions_policy):
     game = short_game
     broken_env = game.env
     real_step = broken_env.step
@@ -400,7 +342,7 @@ def test_a_game_that_raises_mid_race_is_rebuilt(short_game, cfg):
     assert stats["end_reason"] == "overall" and len(results["frames"]) == 25
 
 
-def test_bad_input_gets_a_clear_error(short_game, cfg):
+def test_bad_input_gets_a_clear_error(short_game, cfg, fixed_actions_policy, no_update):
     game = short_game
     zone_centers = game.zone_centers_for(MapSpec("ok", 1))
     for bad in ("seed 3", 3, MapSpec("neg", -1), MapSpec("str", "3"), MapSpec("bool", True), MapSpec("", 3)):
@@ -424,12 +366,3 @@ def test_bad_input_gets_a_clear_error(short_game, cfg):
         game.update_config(game.cfg.replace(H_downsized=32))
     with pytest.raises(NotImplementedError, match="user_config.game_backend"):
         make_game_instance(cfg, "trackmania")
-
-
-def test_larger_frames_are_rendered_larger_without_touching_the_module(cfg):
-    game = make_game_instance(cfg.replace(H_downsized=128, W_downsized=160, cutoff_rollout_if_race_not_finished_within_duration_ms=400))
-    results, _ = play(game, 1, fixed_actions_policy(len(cfg.inputs), [0]))
-    game.close()
-    assert results["frames"][0].shape == (1, 128, 160)
-    assert game.env.render_size == (160, 147)  # 147 x 35/40 = 128 rows above the HUD
-    assert (gym_car_racing.STATE_W, gym_car_racing.STATE_H) == (96, 96)

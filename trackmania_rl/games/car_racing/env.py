@@ -1,4 +1,5 @@
-"""CarRacing-v3 as this project renders it: no render inside `step()`, frames rendered on demand at their own size, a faster road drawing with the same pixels, and the track centerline."""
+"""CarRacing-v3 as this project renders it: no render inside `step()`, frames rendered on demand at their
+own size, a faster road drawing with the same pixels, and the track centerline."""
 
 from __future__ import annotations
 

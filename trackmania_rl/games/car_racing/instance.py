@@ -26,11 +26,11 @@ import cv2
 import numpy as np
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
-from trackmania_rl.config.loader import MS_PER_PHYSICS_STEP
-from trackmania_rl.games.base import ExplorationPolicy, GameCrashed, GameInstance, MapSpec
+from trackmania_rl.games.base import ROLLOUT_ACTION_KEYS, ROLLOUT_STATE_KEYS, ExplorationPolicy, GameCrashed, GameInstance, MapSpec
 from trackmania_rl.games.car_racing import floats as car_floats
 from trackmania_rl.games.car_racing.actions import action_tables
 from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size, track_centerline
+from trackmania_rl.games.registry import MS_PER_PHYSICS_STEP
 from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker, make_zone_centers
 
 MS_PER_STEP = MS_PER_PHYSICS_STEP["carracing"]  # Box2D runs at 50 steps per game second
@@ -45,6 +45,45 @@ END_LEFT_PLAYFIELD = "left_playfield"
 
 class _GameFailure(Exception):
     """Internal: the game itself raised (its cause is the original exception)."""
+
+
+class _Race:
+    """The state of one race in play, shared by `CarRacingGameInstance._play` and its steps: made once per
+    race and updated in place (the split into steps adds no allocation per action)."""
+
+    __slots__ = (
+        "geometry",
+        "tracker",
+        "hull",
+        "timings",
+        "t_start",
+        "results",
+        "stats",
+        "n_prev",
+        "previous_actions",
+        "update_every",
+        "lap",
+        "split_distances",
+        "cp_time_ms",
+        # set by `_play` when the race ends
+        "physics_steps",
+        "native_score",
+        "furthest_progress",
+        "left_playfield",
+    )
+
+    def __init__(self, cfg, geometry: ZoneGeometry, tracker: ZoneTracker, hull, timings: dict, t_start: int):
+        self.geometry, self.tracker, self.hull = geometry, tracker, hull
+        self.timings = timings  # ns per timed stage, summed over the race
+        self.t_start = t_start  # perf_counter_ns at the start of the reset
+        self.results = {key: [] for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS}
+        self.stats = {}
+        self.n_prev = cfg.n_prev_actions_in_inputs
+        self.previous_actions = [0] * self.n_prev  # before the start: action 0, like Linesight
+        self.update_every = cfg.update_inference_network_every_n_actions
+        self.lap = geometry.lap_length()
+        self.split_distances = [geometry.start_distance + self.lap * q / 4 for q in (1, 2, 3)]
+        self.cp_time_ms = [0]
 
 
 def validate_map_spec(map_spec) -> MapSpec:
@@ -279,6 +318,15 @@ class CarRacingGameInstance(GameInstance):
         }
         return np.array([v for name in self._segment_names for v in values[name]], dtype=np.float32)
 
+    def render_full_view(self) -> np.ndarray:
+        """The game's full RGB view (600 x 400 with the HUD, car particles included), rendered now: for
+        videos (games/backend.py `render_full_view`).
+
+        CarRacingEnv only renders on request; its "rgb_array" mode draws the same scene as the frames the
+        network gets, at the video size, without touching the physics, so calling it between decisions
+        leaves the race unchanged."""
+        return self.env._render("rgb_array")
+
     def world_to_frame(self, points) -> np.ndarray:
         """(row, col) in the network's frame of world points, for the current car pose and camera zoom
         (CarRacing's own camera transform, then its vertical flip and rescale; the HUD is below)."""
@@ -315,95 +363,30 @@ class CarRacingGameInstance(GameInstance):
             raise self._crash(failure, map_spec) from failure.__cause__
 
     def _play(self, exploration_policy, map_spec: MapSpec, geometry: ZoneGeometry, update_network) -> tuple[dict, dict]:
+        """One race: its start, then decision steps, each followed by its action held for its physics
+        steps (zones, furthest progress and split times tracked after each step), until a cutoff, the
+        finish or leaving the playfield; then its rollout_results and end_race_stats.
+
+        The physics loop runs here on local variables: it is the innermost loop of a collector."""
+        race = self._start_race(map_spec, geometry)
         cfg = self.cfg
         clock = time.perf_counter_ns
-        timings = dict.fromkeys(("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network"), 0)
-        t_start = clock()
-        self._reset(int(map_spec.seed))
-        timings["reset"] = clock() - t_start
-        env = self.env
-        start = np.asarray(env.track[0][2:4])
-        if not np.allclose(geometry.centers[geometry.start_zone_idx], start, atol=1e-6):
-            raise ValueError(
-                f"the zone centers do not belong to map {map_spec.name!r}: its seed {map_spec.seed} starts at {start}, "
-                f"zone center {geometry.start_zone_idx} is {geometry.centers[geometry.start_zone_idx]}"
-            )
-
-        tracker = ZoneTracker(geometry, self.max_distance_to_zone_center())
-        hull = env.car.hull
-        n_prev = cfg.n_prev_actions_in_inputs
-        previous_actions = [0] * n_prev  # before the start: action 0, like Linesight
-        lap = geometry.lap_length()
-        split_distances = [geometry.start_distance + lap * q / 4 for q in (1, 2, 3)]
-        cp_time_ms = [0]
-        furthest_progress = tracker.progress
-        results = {
-            key: []
-            for key in (
-                "frames",
-                "state_float",
-                "car_gear_and_wheels",
-                "current_zone_idx",
-                "meters_advanced_along_centerline",
-                "actions",
-                "action_was_greedy",
-                "q_values",
-                "input_w",
-            )
-        }
-        stats = {}
+        timings, tracker, hull = race.timings, race.tracker, race.hull
+        split_distances, cp_time_ms = race.split_distances, race.cp_time_ms
         overall_cutoff = cfg.cutoff_rollout_if_race_not_finished_within_duration_ms
         no_progress_cutoff = cfg.cutoff_rollout_if_no_vcp_passed_within_duration_ms
         steps_per_action = cfg.physics_steps_per_action
-        update_every = cfg.update_inference_network_every_n_actions
         physics_steps = 0
         native_score = 0.0
+        furthest_progress = tracker.progress
         left_playfield = False
         end_reason = None
 
         while True:
-            time_ms = physics_steps * MS_PER_STEP
-            end_reason = tracker.cutoff_reason(time_ms, overall_cutoff, no_progress_cutoff)
+            end_reason = tracker.cutoff_reason(physics_steps * MS_PER_STEP, overall_cutoff, no_progress_cutoff)
             if end_reason is not None:
                 break
-            # the floats before the render: they read only the car's state, which the render leaves as it
-            # is, and before the render the CPU caches still hold it (~170 -> ~50 us per action); the
-            # network update too, as it does not need the frame
-            state_float = self.state_float(geometry, tracker.current_zone_idx, tracker.progress, previous_actions)
-            n_actions_done = len(results["actions"])
-            if n_actions_done % update_every == 0:
-                t0 = clock()
-                update_network()
-                timings["update_network"] += clock() - t0
-            t0 = clock()
-            rgb = self._render()
-            t1 = clock()
-            frame = self.convert_frame(rgb)
-            t2 = clock()
-            timings["render"] += t1 - t0
-            timings["convert_frame"] += t2 - t1
-            t0 = clock()
-            decision = exploration_policy(frame, state_float)
-            timings["exploration_policy"] += clock() - t0
-            action, was_greedy, value, q_values = self._check_decision(decision)
-
-            results["frames"].append(frame)
-            results["state_float"].append(state_float)
-            results["car_gear_and_wheels"].append(state_float[self._car_state_slice].copy())
-            results["current_zone_idx"].append(tracker.current_zone_idx)
-            results["meters_advanced_along_centerline"].append(tracker.progress)
-            results["actions"].append(action)
-            results["action_was_greedy"].append(was_greedy)
-            results["q_values"].append(q_values)
-            results["input_w"].append(self._accelerates[action])
-            if n_actions_done == 0:
-                stats["value_starting_frame"] = value
-                for i, q in enumerate(q_values.tolist()):
-                    stats[f"q_value_{i}_starting_frame"] = q
-            if n_prev:
-                previous_actions = previous_actions[1:] + [action]
-
-            control = self.controls[action]
+            control = self.controls[self._decide(race, exploration_policy, update_network)]
             for _ in range(steps_per_action):
                 t0 = clock()
                 reward, left_playfield = self._physics_step(control)
@@ -419,38 +402,117 @@ class CarRacingGameInstance(GameInstance):
                     break
             if tracker.finished:
                 end_reason = END_FINISHED
-                self._append_finish_pseudo_step(results, geometry, previous_actions, timings)
+                self._append_finish_pseudo_step(race.results, geometry, race.previous_actions, timings)
                 break
             if left_playfield:
                 end_reason = END_LEFT_PLAYFIELD
                 break
 
-        finished = end_reason == END_FINISHED
-        played_ms = physics_steps * MS_PER_STEP
-        if finished:
-            cp_time_ms.append(played_ms)
+        race.physics_steps = physics_steps
+        race.native_score = native_score
+        race.furthest_progress = furthest_progress
+        race.left_playfield = left_playfield
+        return self._end_race(race, map_spec, end_reason)
+
+    def _start_race(self, map_spec: MapSpec, geometry: ZoneGeometry) -> _Race:
+        """Reset the game on the map's track (timed), check that the zone centers are this track's, and
+        set up the race's state. The race's wall time counts from here."""
+        clock = time.perf_counter_ns
+        timings = dict.fromkeys(("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network"), 0)
+        t_start = clock()
+        self._reset(int(map_spec.seed))
+        timings["reset"] = clock() - t_start
+        env = self.env
+        start = np.asarray(env.track[0][2:4])
+        if not np.allclose(geometry.centers[geometry.start_zone_idx], start, atol=1e-6):
+            raise ValueError(
+                f"the zone centers do not belong to map {map_spec.name!r}: its seed {map_spec.seed} starts at {start}, "
+                f"zone center {geometry.start_zone_idx} is {geometry.centers[geometry.start_zone_idx]}"
+            )
+        tracker = ZoneTracker(geometry, self.max_distance_to_zone_center())
+        return _Race(self.cfg, geometry, tracker, env.car.hull, timings, t_start)
+
+    def _decide(self, race: _Race, exploration_policy, update_network) -> int:
+        """One decision at the current state: its floats, the network update when due, the frame, the
+        policy's decision (each timed); the state and the decision are recorded. Returns the action."""
+        clock = time.perf_counter_ns
+        timings, results, tracker = race.timings, race.results, race.tracker
+        # the floats before the render: they read only the car's state, which the render leaves as it
+        # is, and before the render the CPU caches still hold it (~170 -> ~50 us per action); the
+        # network update too, as it does not need the frame
+        state_float = self.state_float(race.geometry, tracker.current_zone_idx, tracker.progress, race.previous_actions)
+        n_actions_done = len(results["actions"])
+        if n_actions_done % race.update_every == 0:
+            t0 = clock()
+            update_network()
+            timings["update_network"] += clock() - t0
+        t0 = clock()
+        rgb = self._render()
+        t1 = clock()
+        frame = self.convert_frame(rgb)
+        t2 = clock()
+        timings["render"] += t1 - t0
+        timings["convert_frame"] += t2 - t1
+        t0 = clock()
+        decision = exploration_policy(frame, state_float)
+        timings["exploration_policy"] += clock() - t0
+        action, was_greedy, value, q_values = self._check_decision(decision)
+
+        results["frames"].append(frame)
+        results["state_float"].append(state_float)
+        results["car_gear_and_wheels"].append(state_float[self._car_state_slice].copy())
+        results["current_zone_idx"].append(tracker.current_zone_idx)
+        results["meters_advanced_along_centerline"].append(tracker.progress)
+        results["actions"].append(action)
+        results["action_was_greedy"].append(was_greedy)
+        results["q_values"].append(q_values)
+        results["input_w"].append(self._accelerates[action])
+        if n_actions_done == 0:
+            stats = race.stats
+            stats["value_starting_frame"] = value
+            for i, q in enumerate(q_values.tolist()):
+                stats[f"q_value_{i}_starting_frame"] = q
+        if race.n_prev:
+            race.previous_actions = race.previous_actions[1:] + [action]
+        return action
+
+    def _end_race(self, race: _Race, map_spec: MapSpec, end_reason: str) -> tuple[dict, dict]:
+        """The race's rollout_results, completed (race time when finished, furthest zone, the map's
+        metadata), and its end_race_stats."""
+        results = race.results
+        if end_reason == END_FINISHED:
+            played_ms = race.physics_steps * MS_PER_STEP
+            race.cp_time_ms.append(played_ms)
             results["race_time"] = played_ms
         results["furthest_zone_idx"] = max(results["current_zone_idx"])
         results.update(map_name=map_spec.name, seed=int(map_spec.seed), is_explo=map_spec.is_explo, fill_buffer=map_spec.fill_buffer)
+        return results, self._end_race_stats(race, end_reason)
 
-        n_actions = len(results["actions"])
-        total_ns = clock() - t_start
+    def _end_race_stats(self, race: _Race, end_reason: str) -> dict:
+        """end_race_stats (see the class docstring); the time not spent in a timed stage since the race
+        started is `bookkeeping`, and every stage's time is given per action."""
+        finished = end_reason == END_FINISHED
+        played_ms = race.physics_steps * MS_PER_STEP
+        n_actions = len(race.results["actions"])
+        timings = race.timings
+        total_ns = time.perf_counter_ns() - race.t_start
         timings["bookkeeping"] = total_ns - sum(timings.values())
+        stats = race.stats
         stats.update(
             race_finished=finished,
-            race_time=played_ms if finished else overall_cutoff,
+            race_time=played_ms if finished else self.cfg.cutoff_rollout_if_race_not_finished_within_duration_ms,
             race_time_for_ratio=played_ms,
-            cp_time_ms=cp_time_ms,
-            native_score=float(native_score),
+            cp_time_ms=race.cp_time_ms,
+            native_score=float(race.native_score),
             end_reason=end_reason,
-            left_playfield=left_playfield,
-            tiles_visited_fraction=env.tile_visited_count / len(env.track),
-            progress_fraction=1.0 if finished else min(1.0, (furthest_progress - geometry.start_distance) / lap),
+            left_playfield=race.left_playfield,
+            tiles_visited_fraction=self.env.tile_visited_count / len(self.env.track),
+            progress_fraction=1.0 if finished else min(1.0, (race.furthest_progress - race.geometry.start_distance) / race.lap),
             n_actions=n_actions,
         )
         for stage, ns in timings.items():
             stats[f"instrumentation__{stage}"] = ns / n_actions
-        return results, stats
+        return stats
 
     def _append_finish_pseudo_step(self, results: dict, geometry: ZoneGeometry, previous_actions, timings: dict) -> None:
         """The state at the finish: real frame and floats, zone = first past the finish, progress = finish."""

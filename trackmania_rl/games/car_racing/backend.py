@@ -1,0 +1,40 @@
+"""Gymnasium's CarRacing-v3 as a backend (games/backend.py `game_backend("carracing")`).
+
+Imports the float layout (numpy) but not the game: gymnasium, Box2D and cv2 load with the first game
+instance, so a learner that needs only the layout and the shaping distance never starts them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trackmania_rl.games.backend import GameBackend
+from trackmania_rl.games.car_racing import floats as car_floats
+from trackmania_rl.games.registry import MS_PER_PHYSICS_STEP
+
+# gymnasium's car_racing VIDEO_W x VIDEO_H, the size of its "rgb_array" render (a constant here, so that
+# describing the backend does not import gymnasium; tests/games/test_backend.py checks it)
+FULL_VIEW_SIZE = (600, 400)
+
+
+def make_game_instance(cfg):
+    """A CarRacingGameInstance (imports the game)."""
+    from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
+
+    return CarRacingGameInstance(cfg)
+
+
+def render_full_view(game) -> np.ndarray:
+    """The CarRacingGameInstance's full view (see its `render_full_view`)."""
+    return game.render_full_view()
+
+
+CAR_RACING = GameBackend(
+    name="carracing",
+    ms_per_physics_step=MS_PER_PHYSICS_STEP["carracing"],
+    make_float_layout=car_floats.make_float_layout,
+    make_game_instance=make_game_instance,
+    distance_to_current_zone_center=car_floats.distance_to_current_zone_center,
+    render_full_view=render_full_view,
+    full_view_size=FULL_VIEW_SIZE,
+)
