@@ -12,7 +12,7 @@
   `update_inference_network_every_n_actions` actions; the network's decision is paid for, while the car
   plays the actions the centerline follower chose in an untimed recording rollout (the follower's own
   work is not a collector's, so it is not timed);
-- `game.collector_efficiency`: their ratio (target >= 0.90).
+- `game.collector_efficiency`: their ratio (target >= 0.85, DESIGN §5).
 `game.render_ms`, `game.render_ms_gymnasium_road` and `game.render_speedup`: our render against the same
 env drawing the road with CarRacing's own code (see `_render_figures`); `game.decision_us_after_render`
 and `game.decision_us_after_render_forward`: a collector's decision right after a render, through its
