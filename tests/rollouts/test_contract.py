@@ -70,6 +70,7 @@ def test_the_game_contract_does_not_ask_for_policy_versions():
         (lambda e: (e[0], None, e[2]), "`end_race_stats` must be a dict"),
         (lambda e: (e[0], e[1], []), "`meta` must be a dict"),
         (lambda e: ([], e[1], e[2]), "rollout_results must be a dict"),
+        (lambda e: (e[0], e[1], {"collector": 0}), "`meta['source']` must name the rollout source, got None"),
     ],
 )
 def test_envelope_parts_are_named_when_wrong(envelope, fragment):

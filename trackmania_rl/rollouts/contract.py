@@ -60,6 +60,8 @@ def validate_envelope(envelope, shape: RolloutShape) -> Envelope:
     for name, part in (("end_race_stats", end_race_stats), ("meta", meta)):
         if not isinstance(part, dict):
             raise InvalidRollout(f"`{name}` must be a dict, got {type(part).__name__}")
+    if not isinstance(meta.get("source"), str) or not meta["source"]:
+        raise InvalidRollout(f"`meta['source']` must name the rollout source, got {meta.get('source')!r}")
     validate_rollout(rollout_results, shape.frame_shape, shape.float_dim, shape.n_actions)
     versions = rollout_results.get(POLICY_VERSION)
     if not isinstance(versions, (list, tuple)):
