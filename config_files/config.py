@@ -1,7 +1,8 @@
 """Run settings.
 
-`scripts/train.py` copies this file to `config_copy.py` at start; the running processes reload the copy,
-so a live run can be tuned by editing `config_copy.py` while this file is kept for the next run.
+`scripts/train.py` copies this file to the run's live config, save/<run>/config_live.py, when a run starts;
+the running processes reload that file, so a live run can be tuned by editing it while this file is kept
+for the next runs.
 Every setting is checked by `trackmania_rl/config/schema.py`; settings marked [restart] cannot change in
 a live run (an edit of the copy is reported and not applied; put it in this file for the next start).
 docs/config.md explains each.
@@ -127,4 +128,6 @@ send_shared_network_every_n_batches = 8
 # (counted per source). Local collectors lag a few versions; the bound is for remote sources (Ray, HTTP).
 max_policy_lag = 100_000
 save_frequency_s = 300
+# Complete checkpoints kept in save/<run>/checkpoints/ (the newest ones; older ones are deleted after each save).
+checkpoints_kept = 2
 collector_stall_timeout_s = 120  # a collector silent this long is restarted

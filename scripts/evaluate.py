@@ -10,9 +10,12 @@ game_time_s) and a final one (kind "summary": races, finished, finished_fraction
 mean_race_time_s over the finished races (null if none), mean_progress_fraction, seeds).
 Races are MapSpec("eval", seed, is_explo=False, fill_buffer=False) played on the CPU.
 
-The config: --config if given, else the config_copy.py beside the weights (what the run trained with),
-else config_files/config.py. Bad arguments (missing files, weights that do not fit the config, a
-malformed seed list...) print `error: ...` and exit 2.
+The settings: --config FILE if given (a Python config, executed because you named it, or a settings.json),
+else the settings.json beside the weights (the values the run trained with, read as data), else
+config_files/config.py. A config_copy.py found beside the weights is never executed: it is refused with a
+message. Bad arguments (missing files, weights that do not fit the config, a
+malformed seed list, more than 100,000 seeds, --threads outside 1..CPU cores, a --max-race-seconds that is
+not finite and positive...) print an error naming the option and exit 2.
 """
 
 import argparse
@@ -32,9 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)  # argparse itself exits 2 on unknown or missing options
-    if args.threads < 1:
-        parser.error(f"--threads {args.threads}: must be at least 1")
+    # argparse exits 2 on unknown or missing options and on numbers out of range (--threads 1..CPU cores,
+    # --max-race-seconds finite and > 0); --seeds is counted (at most 100,000) before any range is expanded
+    args = parser.parse_args(argv)
     try:
         seeds = evaluation.parse_seeds(args.seeds)
         policy = evaluation.open_policy_from_args(args)

@@ -3,40 +3,87 @@
     python scripts/train.py                      # resumes save/<run_name>/ if it exists
     python scripts/train.py --fresh              # start over (the previous run is moved aside, not deleted)
     python scripts/train.py --max-minutes 60     # train for an hour, save, exit 0
+
+Each run has its own live config, save/<run_name>/config_live.py: copied from --config when the run starts,
+kept as it is when the run resumes. Edit it to tune the running run. One trainer at a time uses a run
+folder (it is locked); a second one is refused.
+Exit status: 0 after a complete final save, 1 when the final save failed, 2 when the arguments, the
+config or the run folder were refused (nothing was changed then).
 Watch it with: tensorboard --logdir tensorboard
 """
 
 import argparse
+import math
+import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from trackmania_rl.config.loader import ConfigError
-from trackmania_rl.learner.checkpoint import CheckpointError
-from trackmania_rl.learner.train_loop import TrainOptions, run_training
+# Only the standard library before the arguments are checked: a refusal comes at once, before torch loads.
+from trackmania_rl.learner.run_folder import RUN_NAME_MAX_LENGTH, RunFolderError, StopSignals, validate_run_name
+
+MAX_COLLECTORS_PER_CPU = 4
 
 
-def parse_args(argv=None) -> TrainOptions:
+@dataclass
+class Arguments:
+    run_name: str
+    fresh: bool
+    max_minutes: float | None
+    config: Path
+    save_dir: str | None
+    tensorboard_dir: str | None
+    collectors: int | None
+    status_line: bool
+
+
+def max_collectors() -> int:
+    return MAX_COLLECTORS_PER_CPU * (os.cpu_count() or 1)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run-name", default="carracing_default", help="folder name under save/ and tensorboard/")
-    parser.add_argument("--fresh", action="store_true", help="start over instead of resuming an existing run")
-    parser.add_argument("--max-minutes", type=float, default=None, help="train this long, save and exit 0")
-    parser.add_argument("--config", default="config_files/config.py", help="run settings to start from")
-    parser.add_argument("--config-copy", default="config_files/config_copy.py", help="the live copy the processes reload")
+    parser.add_argument(
+        "--run-name",
+        default="carracing_default",
+        help=f"folder name under save/ and tensorboard/ (letters, digits, '.', '_', '-'; at most {RUN_NAME_MAX_LENGTH} characters)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="start over: the run's previous folders are moved aside, never deleted")
+    parser.add_argument("--max-minutes", type=float, default=None, help="train this long (finite, > 0), save and exit 0")
+    parser.add_argument("--config", default="config_files/config.py", help="settings a new run starts from (copied to its live config)")
     parser.add_argument("--save-dir", default=None, help="overrides user_config.save_dir")
     parser.add_argument("--tensorboard-dir", default=None, help="overrides user_config.tensorboard_dir")
-    parser.add_argument("--collectors", type=int, default=None, help="overrides collectors_count")
+    parser.add_argument("--collectors", type=int, default=None, help=f"overrides collectors_count (1 to {max_collectors()})")
     parser.add_argument("--no-status-line", action="store_true")
+    return parser
+
+
+def parse_args(argv=None) -> Arguments:
+    """The arguments, every one checked; argparse exits 2 with a message naming the option otherwise."""
+    parser = build_parser()
     a = parser.parse_args(argv)
-    if a.max_minutes is not None and a.max_minutes <= 0:
-        parser.error("--max-minutes must be positive")
-    if a.collectors is not None and a.collectors < 1:
-        parser.error("--collectors must be at least 1")
-    return TrainOptions(
+    if a.max_minutes is not None and not (math.isfinite(a.max_minutes) and a.max_minutes > 0):
+        parser.error(f"--max-minutes {a.max_minutes}: must be a finite number of minutes greater than 0")
+    if a.collectors is not None:
+        if a.collectors < 1:
+            parser.error(
+                f"--collectors {a.collectors}: at least 1 collector is needed "
+                "(the local collector processes are the only rollout source so far)"
+            )
+        if a.collectors > max_collectors():
+            parser.error(
+                f"--collectors {a.collectors}: at most {max_collectors()} ({MAX_COLLECTORS_PER_CPU} per CPU core, "
+                f"{os.cpu_count() or 1} core(s) here)"
+            )
+    try:
+        validate_run_name(a.run_name)
+    except RunFolderError as e:
+        parser.error(str(e))
+    return Arguments(
         run_name=a.run_name,
         fresh=a.fresh,
         max_minutes=a.max_minutes,
         config=Path(a.config),
-        config_copy=Path(a.config_copy),
         save_dir=a.save_dir,
         tensorboard_dir=a.tensorboard_dir,
         collectors=a.collectors,
@@ -45,12 +92,28 @@ def parse_args(argv=None) -> TrainOptions:
 
 
 def main(argv=None) -> int:
-    options = parse_args(argv)
+    args = parse_args(argv)
+    # Ctrl-C or `kill` while torch and the game load: stop at once, nothing has been touched yet.
+    # run_training installs its own handlers first thing (and puts these back when it returns).
+    early = StopSignals().install()
     try:
-        return run_training(options)
-    except (ConfigError, CheckpointError) as e:  # bad settings or an unusable checkpoint: a clear message, nothing lost
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        try:
+            from trackmania_rl.config.loader import ConfigError
+            from trackmania_rl.learner.checkpoint import CheckpointError
+            from trackmania_rl.learner.train_loop import TrainOptions, run_training
+
+            early.start_loop()  # raises KeyboardInterrupt if a signal came during the imports
+        except KeyboardInterrupt:
+            print("interrupted before the run started: nothing was changed", file=sys.stderr)
+            return 0
+        try:
+            return run_training(TrainOptions(**vars(args)))
+        except (ConfigError, CheckpointError, RunFolderError) as e:
+            # bad settings, an unusable checkpoint, a run folder in use: a clear message, nothing lost
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    finally:
+        early.restore()
 
 
 if __name__ == "__main__":

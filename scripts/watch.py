@@ -8,11 +8,15 @@ per second). The left panel is CarRacing's full RGB render (600 x 400, with its 
 the grey frame the network saw (upscaled), the right one a bar per action of the network's Q-values,
 the chosen (greedy) action highlighted. GIF always works; MP4 needs the imageio-ffmpeg package.
 Prints the race as one JSON object (as scripts/evaluate.py does) plus the video's path, frame count
-and size. The config is chosen as in scripts/evaluate.py. Bad arguments print `error: ...`, exit 2.
+and size. The config is chosen as in scripts/evaluate.py. Bad arguments print `error: ...`, exit 2:
+--height in [64, 2160], --fps finite in (0, 240], --max-race-seconds finite and positive.
+Frames go to the file as they come (memory does not grow with the race). The network decides through
+the same acting program and Inferer as the collectors (trackmania_rl/evaluation/evaluate.py, GreedyPolicy).
 """
 
 import argparse
 import json
+import math
 import sys
 
 from trackmania_rl.evaluation import evaluate as evaluation
@@ -20,6 +24,7 @@ from trackmania_rl.evaluation import video as race_video
 from trackmania_rl.games.base import GameCrashed
 
 DEFAULT_HEIGHT = {".gif": 240, ".mp4": 400}
+MAX_FPS = 240.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,16 +44,18 @@ def main(argv=None) -> int:
         parser.error(f"--seed {args.seed}: track seeds are integers >= 0")
     if args.threads < 1:
         parser.error(f"--threads {args.threads}: must be at least 1")
-    if args.fps is not None and not 0 < args.fps <= 1000:
-        parser.error(f"--fps {args.fps}: must be in (0, 1000]")
+    if args.fps is not None and not (math.isfinite(args.fps) and 0 < args.fps <= MAX_FPS):
+        parser.error(f"--fps {args.fps}: must be a finite number in (0, {MAX_FPS}]")
+    if args.max_race_seconds is not None and not (math.isfinite(args.max_race_seconds) and args.max_race_seconds > 0):
+        parser.error(f"--max-race-seconds {args.max_race_seconds}: must be a finite positive number of seconds")
     try:
         out = race_video.check_output_path(args.out)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     height = args.height if args.height is not None else DEFAULT_HEIGHT[out.suffix.lower()]
-    if height < race_video.MIN_HEIGHT:
-        parser.error(f"--height {height}: must be at least {race_video.MIN_HEIGHT} pixels")
+    if not race_video.MIN_HEIGHT <= height <= race_video.MAX_HEIGHT:
+        parser.error(f"--height {height}: must be in [{race_video.MIN_HEIGHT}, {race_video.MAX_HEIGHT}] pixels")
     try:
         policy = evaluation.open_policy_from_args(args)
     except evaluation.EvaluationError as e:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -27,3 +28,25 @@ def atomic_torch_save(obj, path: str | Path) -> None:
 def safe_torch_load(path: str | Path, map_location="cpu"):
     """torch.load with weights_only=True: tensors, numbers, strings, lists, dicts only."""
     return torch.load(Path(path), map_location=map_location, weights_only=True)
+
+
+# torch's own advice when weights_only refuses a file (load it with weights_only=False, or allow-list the
+# class): never shown to a user, whose file may be damaged or hostile
+_TORCH_ADVICE = re.compile(r"weights_only|Weights only load failed|Check the documentation|file an issue|allowlist", re.I)
+
+
+def torch_load_failure(e: BaseException) -> str:
+    """The useful part of a failed `safe_torch_load`: what was wrong with the file, without torch's advice
+    to turn the safety off ("... weights_only set to False will likely succeed")."""
+    if isinstance(e, EOFError):
+        return "the file is empty or truncated"
+    text = str(e).strip()
+    refused = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\s*\n|$)", text, re.S)
+    if refused:  # e.g. "Unsupported global: GLOBAL pathlib.PosixPath was not an allowed global by default"
+        return " ".join(refused.group(1).split()).split(". ")[0].rstrip(".")
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    useful = [p for p in paragraphs if not _TORCH_ADVICE.search(p)]
+    if not useful:
+        return "it holds objects other than tensors and plain data" if paragraphs else type(e).__name__
+    first = " ".join(useful[0].split()).split(". ")[0].rstrip(".")  # torch's first sentence says it; the rest is advice
+    return first if len(first) > 12 else f"{type(e).__name__}: {first}"

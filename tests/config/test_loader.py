@@ -85,3 +85,35 @@ def test_ms_per_action_comes_from_the_backends_physics_step(cfg):
         assert built.game_backend == backend and built.ms_per_action == values["physics_steps_per_action"] * ms
     with pytest.raises(ConfigError, match=r"unknown game backend 'pong'; expected one of \['carracing', 'trackmania'\]"):
         build_config(values, game_backend="pong", inputs=cfg.inputs_file())
+
+
+def test_live_config_starts_with_the_last_good_text_when_its_file_is_broken(tmp_path):
+    from trackmania_rl.config.live import last_good_path_for
+
+    path = tmp_path / "config_live.py"
+    shutil.copy(CONFIG_DIR / "config.py", path)
+    last_good = last_good_path_for(path)
+    assert last_good.parent == tmp_path and last_good.name == ".config_live.last_good.py"
+    with pytest.raises(ConfigError):  # no fallback asked: a broken file is refused as before
+        path.write_text("batch_size = (\n")
+        LiveConfig(path)
+    shutil.copy(CONFIG_DIR / "config.py", path)
+    first = LiveConfig(path, last_good_path=last_good)
+    assert last_good.read_text() == path.read_text()  # kept when it loaded
+    _write_edit(path, "tau_epsilon_boltzmann = 0.01", "tau_epsilon_boltzmann = 0.02")
+    assert first.reload() and "tau_epsilon_boltzmann = 0.02" in last_good.read_text()  # and at each good reload
+
+    _write_edit(path, "tau_epsilon_boltzmann = 0.02", "tau_epsilon_boltzmann = (")  # the user's broken edit
+    assert not first.reload() and "tau_epsilon_boltzmann = 0.02" in last_good.read_text()  # a broken text is never kept
+    messages = []
+    restarted = LiveConfig(path, log=messages.append, last_good_path=last_good)  # a collector restarted now
+    assert restarted.current.tau_epsilon_boltzmann == 0.02
+    assert len(messages) == 1 and "does not parse" in messages[0] and str(last_good) in messages[0]
+    assert not restarted.reload() and len(messages) == 1  # the same broken file is not reported again
+    _write_edit(path, "tau_epsilon_boltzmann = (", "tau_epsilon_boltzmann = 0.03")  # fixed: applied as usual
+    assert restarted.reload() and restarted.current.tau_epsilon_boltzmann == 0.03
+
+    last_good.unlink()
+    path.write_text("batch_size = (\n")
+    with pytest.raises(ConfigError, match="does not parse"):  # no last good text: nothing to fall back on
+        LiveConfig(path, last_good_path=last_good)

@@ -13,10 +13,11 @@ import torch
 
 from trackmania_rl.agents.iqn import make_network, save_network
 from trackmania_rl.config.loader import default_config
+from trackmania_rl.config.values import settings_json
 from trackmania_rl.evaluation import evaluate as evaluation
 from trackmania_rl.evaluation import video as race_video
 from trackmania_rl.games import float_layout_for
-from trackmania_rl.learner.checkpoint import CHECKPOINT, COMPLETE_MARKER, CONFIG_COPY, WEIGHTS_ONLINE
+from trackmania_rl.learner.checkpoint import CHECKPOINT, CHECKPOINTS, COMPLETE_MARKER, CONFIG_COPY, SETTINGS, WEIGHTS_ONLINE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EVALUATE = REPO_ROOT / "scripts" / "evaluate.py"
@@ -72,19 +73,19 @@ def tiny_cfg():
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, tiny_cfg):
-    """save/<run>-like folder: checkpoint/ with weights_online.torch, config_copy.py and the COMPLETE marker."""
+    """save/<run>-like folder: checkpoints/000001/ with weights_online.torch, settings.json and the COMPLETE marker."""
     run = tmp_path_factory.mktemp("evaluation") / "tiny_run"
-    folder = run / CHECKPOINT
+    folder = run / CHECKPOINTS / "000001"
     folder.mkdir(parents=True)
     save_random_weights(tiny_cfg, folder / WEIGHTS_ONLINE, seed=0)
-    write_config(tiny_cfg, folder / CONFIG_COPY)
+    (folder / SETTINGS).write_text(settings_json(tiny_cfg))
     (folder / COMPLETE_MARKER).write_text("ok\n")
     return run
 
 
 @pytest.fixture(scope="module")
 def weights(run_dir):
-    return run_dir / CHECKPOINT / WEIGHTS_ONLINE
+    return run_dir / CHECKPOINTS / "000001" / WEIGHTS_ONLINE
 
 
 @pytest.fixture(scope="module")
@@ -168,10 +169,10 @@ def test_evaluate_prints_one_line_per_race_and_a_consistent_summary(evaluated, w
     assert summary["mean_progress_fraction"] == pytest.approx(np.mean([r["progress_fraction"] for r in races]))
     finished_times = [r["race_time_s"] for r in races if r["finished"]]
     assert summary["mean_race_time_s"] == (pytest.approx(np.mean(finished_times)) if finished_times else None)
-    # the config used is the run's config copy beside the weights
-    assert Path(summary["config"]) == weights.parent / CONFIG_COPY
+    # the config used is the settings.json beside the weights
+    assert Path(summary["config"]) == weights.parent / SETTINGS
     assert summary["max_race_seconds"] == 2.5
-    assert "config_copy.py" in result.stderr
+    assert SETTINGS in result.stderr
 
 
 def test_greedy_evaluation_is_deterministic(evaluated, run_dir):
@@ -192,7 +193,7 @@ def test_greedy_evaluation_is_deterministic(evaluated, run_dir):
 
 
 def test_max_race_seconds_overrides_the_cutoff(weights):
-    config = weights.parent / CONFIG_COPY
+    config = weights.parent / SETTINGS
     assert evaluation.load_eval_config(config).cutoff_rollout_if_race_not_finished_within_duration_ms == 2_500
     assert evaluation.load_eval_config(config, 0.5).cutoff_rollout_if_race_not_finished_within_duration_ms == 500
     for bad in (0, -3, float("nan"), 0.01):
@@ -201,7 +202,7 @@ def test_max_race_seconds_overrides_the_cutoff(weights):
 
 
 def test_checkpoint_resolution(run_dir, weights, tmp_path):
-    config_copy = weights.parent / CONFIG_COPY
+    config_copy = weights.parent / SETTINGS
     for source in ({"run": run_dir}, {"run": weights.parent}, {"weights": weights}):
         paths = evaluation.resolve_checkpoint(**source)
         assert (paths.weights, paths.config, paths.config_is_default) == (weights, config_copy, False)
@@ -222,6 +223,76 @@ def test_checkpoint_resolution(run_dir, weights, tmp_path):
             evaluation.resolve_checkpoint(**source)
 
 
+def _checkpoint_folder(folder: Path, weights: Path, settings: str | None = None, complete: bool = True) -> Path:
+    folder.mkdir(parents=True)
+    (folder / WEIGHTS_ONLINE).write_bytes(weights.read_bytes())
+    if settings is not None:
+        (folder / SETTINGS).write_text(settings)
+    if complete:
+        (folder / COMPLETE_MARKER).write_text("ok\n")
+    return folder
+
+
+def test_run_resolution_takes_the_newest_complete_checkpoint_of_either_layout(weights, tiny_cfg, tmp_path):
+    settings = settings_json(tiny_cfg)
+    run = tmp_path / "run"
+    _checkpoint_folder(run / CHECKPOINT, weights, settings)  # an older run's layout: the oldest candidate
+    assert evaluation.resolve_checkpoint(run=run).weights == run / CHECKPOINT / WEIGHTS_ONLINE
+    _checkpoint_folder(run / CHECKPOINTS / "000002", weights, settings)
+    _checkpoint_folder(run / CHECKPOINTS / "000010", weights, settings)
+    _checkpoint_folder(run / CHECKPOINTS / "000011", weights, settings, complete=False)  # no marker: skipped
+    paths = evaluation.resolve_checkpoint(run=run)
+    assert (paths.weights, paths.config) == (run / CHECKPOINTS / "000010" / WEIGHTS_ONLINE, run / CHECKPOINTS / "000010" / SETTINGS)
+    best = _checkpoint_folder(run / "best", weights, settings)  # a model folder is given as itself
+    assert evaluation.resolve_checkpoint(run=best).config == best / SETTINGS
+
+
+def test_a_python_file_beside_weights_is_never_executed(weights, tiny_cfg, tmp_path):
+    """An older run's (or a received model's) config_copy.py is refused with a way forward; only --config runs one."""
+    marker = tmp_path / "executed"
+    old_run = tmp_path / "old_run"
+    folder = _checkpoint_folder(old_run / CHECKPOINT, weights)
+    write_config(tiny_cfg, folder / CONFIG_COPY)
+    with (folder / CONFIG_COPY).open("a") as f:
+        f.write(f"open({str(marker)!r}, 'w').write('ran')\n")
+    for source in ({"run": old_run}, {"run": folder}, {"weights": folder / WEIGHTS_ONLINE}):
+        with pytest.raises(evaluation.EvaluationError) as error:
+            evaluation.resolve_checkpoint(**source)
+        message = str(error.value)
+        assert "not executed" in message and f"--config {folder / CONFIG_COPY}" in message
+    result = run_script(EVALUATE, "--run", old_run, "--seeds", "0")
+    assert result.returncode == 2 and "not executed" in result.stderr and "Traceback" not in result.stderr
+    assert not marker.exists()
+    # asked for explicitly, it is the user's config: executed
+    paths = evaluation.resolve_checkpoint(run=old_run, config=folder / CONFIG_COPY)
+    assert evaluation.load_eval_config(paths.config).dense_hidden_dimension == tiny_cfg.dense_hidden_dimension
+    assert marker.read_text() == "ran"
+
+
+def test_bad_settings_json_is_named(weights, tiny_cfg, tmp_path):
+    values = json.loads(settings_json(tiny_cfg))
+    for name, content, named in (
+        ("not_json.json", "{", "not valid JSON"),
+        ("bad_value.json", json.dumps({**values, "n_steps": "three"}), "`n_steps`"),
+        ("bad_range.json", json.dumps({**values, "map_cycle": [["train", {"range": [0]}, True, True]]}), "`map_cycle`"),
+        ("missing.json", json.dumps({k: v for k, v in values.items() if k != "batch_size"}), "batch_size"),
+    ):
+        path = tmp_path / name
+        path.write_text(content)
+        with pytest.raises(evaluation.EvaluationError, match=named) as error:
+            evaluation.load_eval_config(path)
+        assert str(path) in str(error.value)
+
+
+def test_the_shipped_model_folder_is_data():
+    folder = REPO_ROOT / "models" / "carracing_default"
+    assert not list(folder.glob("*.py"))
+    paths = evaluation.resolve_checkpoint(weights=folder / "weights.torch")
+    assert (paths.config, paths.config_is_default) == (folder / SETTINGS, False)
+    cfg = evaluation.load_eval_config(paths.config)
+    evaluation.load_policy(paths, cfg)  # the weights fit the settings
+
+
 @pytest.fixture(scope="module")
 def other_weights(tmp_path_factory, tiny_cfg):
     """Weights of a network with another conv head (no config beside them)."""
@@ -239,7 +310,7 @@ def other_weights(tmp_path_factory, tiny_cfg):
     ],
 )
 def test_evaluate_rejects_bad_arguments_with_exit_code_2(case, args, named, weights, other_weights, tmp_path):
-    values = {"weights": weights, "tmp": tmp_path, "other": other_weights, "config": weights.parent / CONFIG_COPY}
+    values = {"weights": weights, "tmp": tmp_path, "other": other_weights, "config": weights.parent / SETTINGS}
     result = run_script(EVALUATE, *[a.format(**values) for a in args])
     assert result.returncode == 2, (case, result.stdout, result.stderr)
     assert named in result.stderr, (case, result.stderr)
@@ -248,8 +319,8 @@ def test_evaluate_rejects_bad_arguments_with_exit_code_2(case, args, named, weig
 
 
 def test_mismatched_weights_name_the_entries(other_weights, weights):
-    cfg = evaluation.load_eval_config(weights.parent / CONFIG_COPY)
-    paths = evaluation.CheckpointPaths(other_weights, weights.parent / CONFIG_COPY, False)
+    cfg = evaluation.load_eval_config(weights.parent / SETTINGS)
+    paths = evaluation.CheckpointPaths(other_weights, weights.parent / SETTINGS, False)
     with pytest.raises(evaluation.EvaluationError) as error:
         evaluation.load_policy(paths, cfg)
     message = str(error.value)
@@ -258,7 +329,7 @@ def test_mismatched_weights_name_the_entries(other_weights, weights):
 
 
 def test_weights_files_that_are_not_state_dicts_are_named(weights, tmp_path):
-    cfg = evaluation.load_eval_config(weights.parent / CONFIG_COPY)
+    cfg = evaluation.load_eval_config(weights.parent / SETTINGS)
     network = make_network(cfg, float_layout_for(cfg), len(cfg.inputs))
     garbage, listed = tmp_path / "garbage.torch", tmp_path / "list.torch"
     garbage.write_bytes(b"not a torch file")
@@ -337,3 +408,30 @@ def test_watch_rejects_an_unknown_video_format(weights, tmp_path):
     assert result.returncode == 2
     assert ".avi" in result.stderr and ".gif or .mp4" in result.stderr
     assert not (tmp_path / "race.avi").exists()
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (("--height", "15"), "--height"),
+        (("--height", "2161"), "--height"),
+        (("--fps", "nan"), "--fps"),
+        (("--fps", "inf"), "--fps"),
+        (("--fps", "0"), "--fps"),
+        (("--fps", "241"), "--fps"),
+        (("--max-race-seconds", "nan"), "--max-race-seconds"),
+        (("--max-race-seconds", "inf"), "--max-race-seconds"),
+        (("--max-race-seconds", "-1"), "--max-race-seconds"),
+    ],
+)
+def test_watch_bounds_its_numbers_with_exit_code_2(args, named, weights, tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("watch_script", WATCH)
+    watch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(watch)
+    with pytest.raises(SystemExit) as exit_:
+        watch.main(["--weights", str(weights), "--seed", "0", "--out", str(tmp_path / "race.gif"), *args])
+    assert exit_.value.code == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "race.gif").exists()

@@ -215,3 +215,65 @@ def test_replay_age_of_sampled_batches(tmp_path):
     states_written = learner.buffer.storage.states_written
     assert 0 < age < states_written  # a uniform sample over 3 races: about half the states stored came after it
     assert learner.buffer.take_replay_age() is None  # the count starts again
+
+
+# ------------------------------------------------------------------------------------------------
+# checkpoints: settings as values, the newest K, the best model folder
+# ------------------------------------------------------------------------------------------------
+def test_a_checkpoint_records_the_config_values_in_force_not_the_live_file(tmp_path):
+    import json
+
+    from trackmania_rl.config.values import config_to_values, read_settings
+    from trackmania_rl.learner.checkpoint import CONFIG_COPY, SETTINGS
+
+    learner, _ = _learner(tmp_path)
+    learner.live.path.write_text("this is not a config any more")  # the live file's text is not what is saved
+    folder = learner.save()
+    assert not (folder / CONFIG_COPY).exists()
+    assert json.loads((folder / SETTINGS).read_text()) == config_to_values(learner.cfg)
+    assert read_settings(folder / SETTINGS).settings() == learner.cfg.settings()
+
+
+def test_saves_keep_the_newest_checkpoints_kept_and_resume_takes_the_newest(tmp_path):
+    from trackmania_rl.learner.checkpoint import CHECKPOINTS
+
+    learner, _ = _learner(tmp_path)
+    learner.cfg = learner.cfg.replace(checkpoints_kept=2)
+    for seed in range(3):
+        learner.ingest(*_race(learner, 60, seed=seed), META)
+        learner.save()
+    assert sorted(p.name for p in (tmp_path / "run" / CHECKPOINTS).iterdir()) == ["000002", "000003"]
+    resumed, messages = _learner(tmp_path)
+    assert resumed.stats.frames_played == learner.stats.frames_played == 180
+    assert any(m.startswith(f"resumed from {tmp_path / 'run' / CHECKPOINTS / '000003'}") for m in messages)
+
+
+def test_the_best_model_folder_follows_the_blind_track_score(tmp_path):
+    import json
+
+    from trackmania_rl.config.values import read_settings
+    from trackmania_rl.evaluation.evaluate import resolve_checkpoint
+    from trackmania_rl.learner.checkpoint import BEST, BEST_JSON, SETTINGS, WEIGHTS_ONLINE
+
+    learner, messages = _learner(tmp_path)
+    best = tmp_path / "run" / BEST
+    learner.save()
+    assert not best.exists()  # no blind-track score yet
+    learner.stats.latest_eval_native_score["blind"] = 500.0
+    learner.save()
+    record = json.loads((best / BEST_JSON).read_text())
+    assert record["score"] == 500.0 and record["checkpoint"] == "checkpoints/000002" and "saved_at" in record
+    assert read_settings(best / SETTINGS).settings() == learner.cfg.settings()
+    first_weights = (best / WEIGHTS_ONLINE).read_bytes()
+    with torch.no_grad():
+        next(learner.online.parameters()).add_(1.0)
+    learner.stats.latest_eval_native_score["blind"] = 400.0  # worse: best/ unchanged
+    learner.save()
+    assert json.loads((best / BEST_JSON).read_text())["score"] == 500.0 and (best / WEIGHTS_ONLINE).read_bytes() == first_weights
+    learner.stats.latest_eval_native_score["blind"] = 900.0
+    learner.save()
+    record = json.loads((best / BEST_JSON).read_text())
+    assert (record["score"], record["previous_score"]) == (900.0, 500.0)
+    assert (best / WEIGHTS_ONLINE).read_bytes() != first_weights
+    assert resolve_checkpoint(run=best).config == best / SETTINGS  # a model folder evaluation can use as it is
+    assert any("best model so far" in m for m in messages)

@@ -2,7 +2,8 @@
 
 One run checks: rollouts arrive, batches train, the shared network's version rises and collectors act with
 newer versions, live config edits (an invalid one refused, a valid one applied), a killed collector is
-replaced, and a checkpoint is written. A second run resumes it and continues counters and buffer.
+replaced, and a checkpoint is written. The live config is the run's own save/<run>/config_live.py. A second run
+resumes it (keeping that live file, edits included) and continues counters and buffer.
 """
 
 import json
@@ -15,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from trackmania_rl.learner.checkpoint import find_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,12 +41,11 @@ class TrainProcess:
     def __init__(self, tmp_path: Path, run_name: str, minutes: float, collectors: int, log_name: str):
         self.tmp_path = tmp_path
         self.log_path = tmp_path / log_name
-        self.config_copy = tmp_path / "config_copy.py"
+        self.config_live = tmp_path / "save" / run_name / "config_live.py"  # the run's own live config
         command = [
             sys.executable,
             str(REPO_ROOT / "scripts" / "train.py"),
             "--config", str(tmp_path / "config.py"),
-            "--config-copy", str(self.config_copy),
             "--save-dir", str(tmp_path / "save"),
             "--tensorboard-dir", str(tmp_path / "tensorboard"),
             "--run-name", run_name,
@@ -87,7 +89,9 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 
 def _stats(tmp_path: Path, run_name: str) -> dict:
-    return json.loads((tmp_path / "save" / run_name / "checkpoint" / "stats.json").read_text())
+    folder = find_checkpoint(tmp_path / "save" / run_name)
+    assert folder is not None, "no complete checkpoint"
+    return json.loads((folder / "stats.json").read_text())
 
 
 def _process_exists(pid: int) -> bool:
@@ -107,19 +111,20 @@ def test_train_end_to_end_then_resume(tmp_path):
     (tmp_path / "config.py").write_text((REPO_ROOT / "config_files" / "config.py").read_text() + TINY_OVERRIDES)
     run = TrainProcess(tmp_path, "e2e", minutes=1.2, collectors=2, log_name="run1.log")
     try:
+        run.wait_for(r"live config of this run: .*config_live.py \(copied from", 60)
         first_pid = int(run.wait_for(r"collector 0 started \(pid (\d+)\)", 60).group(1))
         run.wait_for(r"collector 1 started", 60)
 
         # live config: an edit that fails validation is refused, the run keeps going
         run.wait_for(r"\[collector 0\] ready", 60)
         run.wait_for(r"\[collector 1\] ready", 60)
-        _edit(run.config_copy, "tau_epsilon_boltzmann = 0.01", "tau_epsilon_boltzmann = -5")
+        _edit(run.config_live, "tau_epsilon_boltzmann = 0.01", "tau_epsilon_boltzmann = -5")
         run.wait_for(r"config edit refused.*tau_epsilon_boltzmann", 60)
         # a valid edit is applied; a restart-only one is reported and held back
-        _edit(run.config_copy, "tau_epsilon_boltzmann = -5", "tau_epsilon_boltzmann = 0.02")
+        _edit(run.config_live, "tau_epsilon_boltzmann = -5", "tau_epsilon_boltzmann = 0.02")
         run.wait_for(r"\[learner\] config reloaded: tau_epsilon_boltzmann changed", 60)
         run.wait_for(r"\[collector 1\] config reloaded: tau_epsilon_boltzmann changed", 60)
-        _edit(run.config_copy, "# --- tiny settings", "n_steps = 2\n# --- tiny settings")
+        _edit(run.config_live, "# --- tiny settings", "n_steps = 2\n# --- tiny settings")
         run.wait_for(r"\[learner\] config setting `n_steps` = 2 needs a restart", 60)
 
         # kill a collector mid-run: it is replaced and the run goes on
@@ -152,8 +157,14 @@ def test_train_end_to_end_then_resume(tmp_path):
         assert not _process_exists(pid), f"collector pid {pid} outlived the run"
 
     # resume: counters, weights and buffers continue; Ctrl-C stops it cleanly with a final save
+    # the run's live file keeps its edits for the resume; the restart-only n_steps edit is undone (the saved
+    # buffer was built with the old n_steps: resuming with the new one is refused, a user would use --fresh)
+    _edit(run.config_live, "n_steps = 2\n# --- tiny settings", "# --- tiny settings")
+    live_text = run.config_live.read_text()
+    assert "tau_epsilon_boltzmann = 0.02" in live_text
     run2 = TrainProcess(tmp_path, "e2e", minutes=5, collectors=1, log_name="run2.log")
     try:
+        run2.wait_for(r"live config of this run: .*config_live.py \(kept from the previous session", 60)
         resumed = run2.wait_for(r"resumed from .*: (\d+) frames, (\d+) batches, buffer (\d+) \+ test (\d+) transitions", 90)
         assert tuple(map(int, resumed.groups())) == (frames1, batches1, buffer1, test1)
         run2.wait_for(r"\[collector 0\] ready", 60)
@@ -164,6 +175,7 @@ def test_train_end_to_end_then_resume(tmp_path):
         if run2.process.poll() is None:
             run2.process.kill()
     log2 = run2.log()
+    assert run2.config_live.read_text() == live_text  # the run's own live file, edits included, was kept
     assert "interrupted: stopping collectors and saving" in log2
     for pid in map(int, re.findall(r"started \(pid (\d+)\)", log2)):
         assert not _process_exists(pid), f"collector pid {pid} outlived the interrupted run"

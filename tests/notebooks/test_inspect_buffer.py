@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 
 from trackmania_rl.config.loader import load_config
+from trackmania_rl.config.values import settings_json
 from trackmania_rl.games.base import MapSpec
 from trackmania_rl.games.car_racing.actions import find_action
 from trackmania_rl.games.car_racing.driver import centerline_follower
 from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
-from trackmania_rl.learner.checkpoint import CONFIG_COPY
+from trackmania_rl.learner.checkpoint import CHECKPOINTS, COMPLETE_MARKER, SETTINGS
 from trackmania_rl.replay.buffers import make_buffers, save_buffer
 from trackmania_rl.replay.experience import fill_buffers
 
@@ -86,13 +87,14 @@ def python3_kernel(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    """save/<run>/ with checkpoint/{buffer, buffer_test, config_copy.py}; returns (run folder, facts to check)."""
+    """save/<run>/checkpoints/000001/{buffer, buffer_test, settings.json, COMPLETE}; returns (run folder, facts to check)."""
     run = tmp_path_factory.mktemp("save") / "notebook_run"
-    checkpoint = run / "checkpoint"
+    checkpoint = run / CHECKPOINTS / "000001"
     checkpoint.mkdir(parents=True)
-    config_copy = checkpoint / CONFIG_COPY
-    config_copy.write_text((REPO_ROOT / "config_files" / "config.py").read_text() + OVERRIDES)
-    cfg = load_config(config_copy, game_backend="carracing")
+    config_file = run / "config.py"
+    config_file.write_text((REPO_ROOT / "config_files" / "config.py").read_text() + OVERRIDES)
+    cfg = load_config(config_file, game_backend="carracing")
+    (checkpoint / SETTINGS).write_text(settings_json(cfg))
     assert cfg.memory_size_schedule[0][1][0] == CAPACITY
     game = CarRacingGameInstance(cfg)
     try:
@@ -111,6 +113,7 @@ def run_dir(tmp_path_factory):
     counts = [fill_buffers(rollout, buffer, buffer_test, cfg, layout, gamma, rng) for rollout, _ in races]
     save_buffer(buffer, checkpoint / "buffer")
     save_buffer(buffer_test, checkpoint / "buffer_test")
+    (checkpoint / COMPLETE_MARKER).write_text("ok\n")
     facts = {
         "train": len(buffer),
         "train_states": buffer.storage.to_experience().n_states,
@@ -204,13 +207,15 @@ def locate(monkeypatch, buffer_run_dir=None, repo=None):
 
 
 def fake_repo(root: Path, runs: dict) -> Path:
-    """A repository root with config_files/user_config.py and save/<run>/checkpoint/buffer of given mtimes."""
+    """A repository root with config_files/user_config.py and, per run, a complete checkpoint with a buffer, of
+    given mtimes."""
     (root / "config_files").mkdir(parents=True)
     (root / "config_files" / "user_config.py").write_text((REPO_ROOT / "config_files" / "user_config.py").read_text())
     for name, mtime in runs.items():
-        folder = root / "save" / name / "checkpoint"
+        folder = root / "save" / name / CHECKPOINTS / "000003"
         folder.mkdir(parents=True)
         (folder / "buffer").write_bytes(b"")
+        (folder / COMPLETE_MARKER).write_text("ok\n")
         os.utime(folder, (mtime, mtime))
     return root
 
@@ -219,15 +224,15 @@ def test_notebook_picks_its_input(tmp_path, monkeypatch):
     # BUFFER_RUN_DIR: a run folder or the checkpoint folder itself
     repo = fake_repo(tmp_path / "repo", {"older": 1_000_000, "newest": 2_000_000, "old": 1_500_000})
     run = repo / "save" / "old"
-    assert locate(monkeypatch, run) == run / "checkpoint"
-    assert locate(monkeypatch, run / "checkpoint") == run / "checkpoint"
-    # otherwise the most recently modified save/*/checkpoint
-    assert locate(monkeypatch, repo=repo) == repo / "save" / "newest" / "checkpoint"
+    assert locate(monkeypatch, run) == run / CHECKPOINTS / "000003"
+    assert locate(monkeypatch, run / CHECKPOINTS / "000003") == run / CHECKPOINTS / "000003"
+    # otherwise the most recently modified complete checkpoint of the runs under save/
+    assert locate(monkeypatch, repo=repo) == repo / "save" / "newest" / CHECKPOINTS / "000003"
 
 
 def test_notebook_without_a_checkpoint_says_to_train_first(tmp_path, monkeypatch):
-    with pytest.raises(FileNotFoundError, match="holds no checkpoint/buffer: train first"):
+    with pytest.raises(FileNotFoundError, match="holds no complete checkpoint with buffer: train first"):
         locate(monkeypatch, tmp_path)
     repo = fake_repo(tmp_path / "repo", {})
-    with pytest.raises(FileNotFoundError, match="no saved replay buffer under .*: train first"):
+    with pytest.raises(FileNotFoundError, match="no saved replay buffer under .*/: train first"):
         locate(monkeypatch, repo=repo)

@@ -252,6 +252,107 @@ def test_save_and_load_round_trip(cfg, layout, tmp_path):
     smaller.sample_batch()
 
 
+def _corrupt(state, how):
+    content, storage = state["storage"]["content"], state["storage"]
+    if how == "action out of range":
+        content["action"][3] = 99
+    elif how == "negative action":
+        content["action"][0] = -1
+    elif how == "n_steps 0":
+        content["n_steps"][1] = 0
+    elif how == "n_steps above N":
+        content["n_steps"][1] = storage["n_steps"] + 1
+    elif how == "NaN reward":
+        content["rewards"][2, 0] = float("nan")
+    elif how == "infinite gamma":
+        content["gammas"][2, 0] = float("inf")
+    elif how == "state index past the states":
+        content["next_state_index"][-1] = len(content["frames"])
+    elif how == "float frames":
+        content["frames"] = content["frames"].float()
+    elif how == "frames of another shape":
+        content["frames"] = content["frames"][:, :, :10]
+    elif how == "rewards missing":
+        del content["rewards"]
+    elif how == "pickled object":
+        content["action"] = content["action"].tolist()
+    elif how == "negative priority":
+        state["sampler"]["leaves"][0] = -1.0
+    elif how == "not a buffer":
+        state.clear()
+        state["format"] = "something else"
+    return state
+
+
+@pytest.mark.parametrize(
+    "how, named",
+    [
+        ("action out of range", "`action` holds values in [0, 99], expected [0, 12)"),
+        ("negative action", "`action`"),
+        ("n_steps 0", "`n_steps`"),
+        ("n_steps above N", "`n_steps`"),
+        ("NaN reward", "`rewards` holds NaN"),
+        ("infinite gamma", "`gammas` holds NaN or infinite"),
+        ("state index past the states", "state indices point outside"),
+        ("float frames", "`frames` has dtype torch.float32, expected torch.uint8"),
+        ("frames of another shape", "`frames` has shape"),
+        ("rewards missing", "`rewards` is missing"),
+        ("pickled object", "`action` is missing or not a tensor"),
+        ("negative priority", "priorities hold"),
+        ("not a buffer", "not a saved transition replay buffer"),
+    ],
+)
+def test_a_damaged_buffer_file_is_refused_naming_the_file_and_the_fault(cfg, layout, tmp_path, how, named):
+    from trackmania_rl.replay.storage import InvalidBufferFile
+
+    buffer = make_buffer(cfg, layout, 300, prioritized=True, rng=np.random.default_rng(0))
+    buffer.extend(experience(cfg, layout, 101))
+    path = tmp_path / "buffer"
+    save_buffer(buffer, path)
+    torch.save(_corrupt(torch.load(path, weights_only=True), how), path)
+    target = make_buffer(cfg, layout, 300, prioritized=True, rng=np.random.default_rng(1))
+    target.extend(experience(cfg, layout, 31, first_marker=5000))
+    before = stored_markers(target, layout)
+    with pytest.raises(InvalidBufferFile) as error:
+        load_buffer(target, path, n_actions=len(cfg.inputs))
+    assert str(path) in str(error.value) and named in str(error.value)
+    np.testing.assert_array_equal(stored_markers(target, layout), before)  # nothing changed
+
+
+@pytest.mark.parametrize("content", [b"", b"not a torch file at all", "truncated", "pickle"])
+def test_an_unreadable_buffer_file_is_named_without_a_raw_traceback(cfg, layout, tmp_path, content):
+    import pickle
+
+    from trackmania_rl.replay.storage import InvalidBufferFile
+
+    buffer = make_buffer(cfg, layout, 300, rng=np.random.default_rng(0))
+    buffer.extend(experience(cfg, layout, 101))
+    path = tmp_path / "buffer"
+    save_buffer(buffer, path)
+    if content == "truncated":
+        content = path.read_bytes()[: path.stat().st_size // 2]
+    elif content == "pickle":
+        content = pickle.dumps({"format": object})
+    path.write_bytes(content)
+    with pytest.raises(InvalidBufferFile, match="is corrupt or not a plain-data torch file") as error:
+        load_buffer(make_buffer(cfg, layout, 300), path)
+    assert str(path) in str(error.value) and "weights_only" not in str(error.value)
+    with pytest.raises(FileNotFoundError, match="none"):
+        load_buffer(make_buffer(cfg, layout, 300), tmp_path / "none")
+
+
+def test_a_valid_buffer_of_another_config_is_a_mismatch_not_damage(cfg, layout, tmp_path):
+    from trackmania_rl.replay.storage import InvalidBufferFile
+
+    buffer = make_buffer(cfg, layout, 300)
+    buffer.extend(experience(cfg, layout, 101))
+    save_buffer(buffer, tmp_path / "buffer")
+    other = make_buffer(cfg.replace(n_steps=cfg.n_steps + 1), layout, 300)
+    with pytest.raises(ValueError, match="n_steps") as error:
+        load_buffer(other, tmp_path / "buffer")
+    assert not isinstance(error.value, InvalidBufferFile)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # prioritized replay
 # ---------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The rollout-source seam with real collector processes: several sources as one, publication, health."""
 
+import pytest
 import torch
 import torch.multiprocessing as torch_mp
 
@@ -15,6 +16,7 @@ def _source(ctx, tag, count):
     return LocalCollectorSource(pool, SharedNetwork(torch.nn.Linear(2, 2), ctx), ctx.Event(), stall_timeout_s=lambda: 60.0)
 
 
+@pytest.mark.slow
 def test_combined_sources_take_from_each_and_publish_to_all():
     ctx = torch_mp.get_context("spawn")
     a, b = _source(ctx, "a", 2), _source(ctx, "b", 2)

@@ -20,14 +20,13 @@ in acting.py.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from trackmania_rl.games.float_layout import FloatLayout
-from trackmania_rl.serialization import atomic_torch_save, safe_torch_load
+from trackmania_rl.serialization import atomic_torch_save, safe_torch_load, torch_load_failure
 
 LEAKY_SLOPE = 0.01
 # positions of the linear layers in the float MLP (Linear, LeakyReLU, Linear, LeakyReLU) and in each
@@ -246,7 +245,7 @@ def read_state_dict(path: str | Path, map_location="cpu") -> dict[str, torch.Ten
     except FileNotFoundError:
         raise
     except Exception as e:  # not a torch file, or one holding objects that weights_only refuses
-        raise WeightsFileUnreadable(path, _load_failure(e)) from e
+        raise WeightsFileUnreadable(path, torch_load_failure(e)) from e
     return _checked_state_dict(state_dict, f"weights file {path}")
 
 
@@ -284,15 +283,3 @@ def _checked_state_dict(state_dict, source: str) -> dict[str, torch.Tensor]:
     if not isinstance(state_dict, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state_dict.items()):
         raise NotAStateDict(source)
     return strip_compile_prefix(state_dict)
-
-
-def _load_failure(e: Exception) -> str:
-    """The useful part of a torch.load failure (its weights_only message is long and suggests turning
-    the safety off, which is not what to do with an unknown file)."""
-    text = str(e).strip()
-    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\s*\n|$)", text, re.S)
-    if found:
-        return found.group(1).strip()
-    if isinstance(e, EOFError):
-        return "the file is empty or truncated"
-    return text.splitlines()[0] if text else type(e).__name__

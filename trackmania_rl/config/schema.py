@@ -180,6 +180,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "send_shared_network_every_n_batches": (_positive_int, "a positive integer", False),
     "max_policy_lag": (_non_negative_int, "an integer >= 0 (published versions)", False),
     "save_frequency_s": (_positive_number, "a positive number (s)", False),
+    "checkpoints_kept": (_positive_int, "an integer >= 1 (complete checkpoints kept in the run folder)", False),
     "collector_stall_timeout_s": (_positive_number, "a positive number (s)", False),
 }
 
@@ -188,4 +189,4 @@ RESTART_ONLY = tuple(name for name, (_, _, needs_restart) in SETTINGS.items() if
 
 # Settings added after config files were first written, with the value a file that predates them gets
 # (an older run's config copy, a shipped model's settings). config_files/config.py sets the same values.
-ADDED_LATER = {"max_policy_lag": 100_000}
+ADDED_LATER = {"max_policy_lag": 100_000, "checkpoints_kept": 2}

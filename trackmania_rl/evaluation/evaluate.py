@@ -13,7 +13,9 @@ Nothing is unpickled: weights load with `torch.load(weights_only=True)` (agents/
 
 from __future__ import annotations
 
+import argparse
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -27,10 +29,11 @@ from trackmania_rl.agents.acting import make_inference_network
 from trackmania_rl.agents.exploration import Inferer
 from trackmania_rl.agents.iqn import NotAStateDict, StateDictMismatch, WeightsFileUnreadable, load_network, make_network
 from trackmania_rl.config.loader import CONFIG_DIR, ConfigError, load_config
+from trackmania_rl.config.values import read_settings
 from trackmania_rl.games import float_layout_for, make_game_instance
 from trackmania_rl.games.backend import DEFAULT_GAME_BACKEND
 from trackmania_rl.games.base import GameCrashed, MapSpec
-from trackmania_rl.learner.checkpoint import CHECKPOINT, CONFIG_COPY, WEIGHTS_ONLINE, find_checkpoint
+from trackmania_rl.learner.checkpoint import CHECKPOINT, CHECKPOINTS, CONFIG_COPY, SETTINGS, WEIGHTS_ONLINE, find_checkpoint
 
 DEFAULT_CONFIG = CONFIG_DIR / "config.py"
 EVAL_MAP_NAME = "eval"
@@ -46,16 +49,49 @@ class EvaluationError(ValueError):
 # --------------------------------------------------------------------------------------------------
 # Arguments
 # --------------------------------------------------------------------------------------------------
+MAX_SEEDS = 100_000  # seeds one --seeds may list (counted from the ranges, before any is expanded)
+_MAX_SEED_DIGITS = 18
+
+
+def _threads(text: str) -> int:
+    """--threads: 1 to the number of CPU cores."""
+    cores = os.cpu_count() or 1
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of threads (1 to {cores})") from None
+    if not 1 <= value <= cores:
+        raise argparse.ArgumentTypeError(f"{value}: must be between 1 and {cores} (the CPU cores of this machine)")
+    return value
+
+
+def _race_seconds(text: str) -> float:
+    """--max-race-seconds: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text}: must be a finite number of seconds greater than 0")
+    return value
+
+
 def add_policy_arguments(parser) -> None:
-    """The options evaluate.py and watch.py share: which network, which config, race length, threads."""
+    """The options evaluate.py and watch.py share: which network, which config, race length, threads.
+    Numbers are checked by argparse (exit 2 with the option named)."""
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--weights", help="a weights file (state_dict, e.g. save/<run>/checkpoint/weights_online.torch)")
+    source.add_argument("--weights", help="a weights file (state_dict, e.g. save/<run>/best/weights_online.torch)")
     source.add_argument("--run", help="a run folder (save/<run>: its newest complete checkpoint) or a checkpoint folder")
     parser.add_argument(
-        "--config", default=None, help="config file (default: config_copy.py beside the weights, else config_files/config.py)"
+        "--config",
+        default=None,
+        help="a settings.json, or a Python config file (executed) "
+        "(default: the settings.json beside the weights, else config_files/config.py)",
     )
-    parser.add_argument("--max-race-seconds", type=float, default=None, help="override the overall race cutoff (game seconds)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument(
+        "--max-race-seconds", type=_race_seconds, default=None, help="override the overall race cutoff (game seconds, finite, > 0)"
+    )
+    parser.add_argument("--threads", type=_threads, default=1, help=f"torch CPU threads (default 1, at most {os.cpu_count() or 1})")
 
 
 _SEED_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -64,25 +100,36 @@ _SEED_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
 def parse_seeds(text: str) -> list[int]:
     """Track seeds from a comma list of seeds and inclusive ranges: "0-9,20,30-31" -> [0..9, 20, 30, 31].
     Order is kept. EvaluationError for anything else (empty items, descending ranges, negative or
-    non-integer seeds, a seed listed twice)."""
+    non-integer seeds, a seed listed twice, more than MAX_SEEDS seeds). The seeds are counted from the
+    ranges before any range is expanded: "0-999999999" is refused at once."""
     if not isinstance(text, str) or not text.strip():
         raise EvaluationError("--seeds is empty: give seeds such as '0-9', '3' or '0-9,20,30-31'")
-    seeds: list[int] = []
-    seen: set[int] = set()
+    ranges: list[tuple[str, int, int]] = []
+    count = 0
     for item in text.split(","):
         item = item.strip()
         match = _SEED_ITEM.match(item)
         if match is None:
+            shown = item if len(item) <= 40 else item[:40] + "..."
             raise EvaluationError(
-                f"--seeds {text!r}: {item!r} is not a seed or an A-B range of seeds (seeds are integers >= 0; write e.g. '0-9,20,30-31')"
+                f"--seeds: {shown!r} is not a seed or an A-B range of seeds (seeds are integers >= 0; write e.g. '0-9,20,30-31')"
             )
+        if any(len(group) > _MAX_SEED_DIGITS for group in match.groups() if group is not None):
+            raise EvaluationError(f"--seeds: a seed in {item[:40]!r}... has more than {_MAX_SEED_DIGITS} digits")
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) is not None else first
         if last < first:
-            raise EvaluationError(f"--seeds {text!r}: the range {item!r} goes down ({first} > {last}); write '{last}-{first}'")
+            raise EvaluationError(f"--seeds: the range {item!r} goes down ({first} > {last}); write '{last}-{first}'")
+        count += last - first + 1
+        if count > MAX_SEEDS:
+            raise EvaluationError(f"--seeds lists more than {MAX_SEEDS:,} seeds (at least {count:,}): evaluate fewer at a time")
+        ranges.append((item, first, last))
+    seeds: list[int] = []
+    seen: set[int] = set()
+    for _item, first, last in ranges:
         for seed in range(first, last + 1):
             if seed in seen:
-                raise EvaluationError(f"--seeds {text!r}: seed {seed} is listed more than once")
+                raise EvaluationError(f"--seeds: seed {seed} is listed more than once")
             seen.add(seed)
             seeds.append(seed)
     return seeds
@@ -91,17 +138,22 @@ def parse_seeds(text: str) -> list[int]:
 @dataclass(frozen=True)
 class CheckpointPaths:
     weights: Path
-    config: Path
+    config: Path  # a settings.json (JSON values, read as data) or, only when the user passed it, a Python file
     config_is_default: bool  # no config was given or found next to the weights: config_files/config.py
 
 
 def _config_next_to(folder: Path) -> Path | None:
-    candidate = folder / CONFIG_COPY
-    try:
-        if candidate.is_file() and candidate.read_text().strip():
-            return candidate  # the learner writes an empty copy when its live config was gone: unusable
-    except OSError:
-        pass
+    """The settings.json beside the weights, or None. A config_copy.py alone (an older run or model) is refused:
+    a Python file found beside weights is never executed (a model folder is data, DESIGN §2, §7)."""
+    settings = folder / SETTINGS
+    if settings.is_file():
+        return settings
+    if (folder / CONFIG_COPY).is_file():
+        raise EvaluationError(
+            f"{folder} holds {CONFIG_COPY} (an older run's config, a Python file) but no {SETTINGS}: a Python file found "
+            f"beside weights is not executed. If you trust it, pass it explicitly with --config {folder / CONFIG_COPY}; "
+            f"or pass another config with --config"
+        )
     return None
 
 
@@ -111,9 +163,11 @@ def resolve_checkpoint(
     """The weights file and config file to evaluate.
 
     Exactly one of `weights` (a weights_online.torch-style state_dict file) and `run` (a run folder
-    save/<run>, whose newest complete checkpoint is used, or a checkpoint folder itself). The config is
-    `config` if given, else the config_copy.py beside the weights (the config the run trained with),
-    else config_files/config.py."""
+    save/<run>, whose newest complete checkpoint is used (save/<run>/checkpoints/<number>/, else an older
+    run's save/<run>/checkpoint/), or a checkpoint or model folder itself, e.g. save/<run>/best). The config
+    is `config` if given (a Python file is executed: the user asked for it), else the settings.json beside
+    the weights (the values the run trained with, read as data), else config_files/config.py. Only a
+    config_copy.py beside the weights (an older run) is refused: it is not executed unless passed as `config`."""
     if (weights is None) == (run is None):
         raise EvaluationError("give exactly one of --weights PATH and --run FOLDER")
     if weights is not None:
@@ -134,8 +188,8 @@ def resolve_checkpoint(
             folder = find_checkpoint(run_dir)
             if folder is None:
                 raise EvaluationError(
-                    f"--run {run_dir}: no complete checkpoint in it (expected {run_dir / CHECKPOINT / WEIGHTS_ONLINE} "
-                    "with its COMPLETE marker)"
+                    f"--run {run_dir}: no complete checkpoint in it (expected {run_dir / CHECKPOINTS}/<number>/{WEIGHTS_ONLINE}, "
+                    f"or {run_dir / CHECKPOINT / WEIGHTS_ONLINE} for an older run, with its COMPLETE marker)"
                 )
             weights_path = folder / WEIGHTS_ONLINE
             if not weights_path.is_file():
@@ -152,9 +206,14 @@ def resolve_checkpoint(
 
 
 def load_eval_config(config_path: str | Path, max_race_seconds: float | None = None):
-    """The config to evaluate with (built for GAME_BACKEND), with the overall race cutoff overridden if asked."""
+    """The config to evaluate with (built for GAME_BACKEND), with the overall race cutoff overridden if asked.
+    A .json file is read as settings values (config/values.py, nothing executed); any other file is a Python
+    config file, executed (only ever one the user named with --config, or config_files/config.py)."""
     try:
-        cfg = load_config(config_path, game_backend=GAME_BACKEND)
+        if Path(config_path).suffix.lower() == ".json":
+            cfg = read_settings(config_path, game_backend=GAME_BACKEND)
+        else:
+            cfg = load_config(config_path, game_backend=GAME_BACKEND)
     except ConfigError as e:
         raise EvaluationError(f"config {config_path} is unusable: {e}") from None
     if max_race_seconds is not None:
@@ -195,7 +254,7 @@ def load_state_dict_checked(network: torch.nn.Module, weights_path: str | Path, 
         config_note = f" {config_path}" if config_path is not None else ""
         raise EvaluationError(
             f"weights file {weights_path} does not match the network of config{config_note} ({e.problems}); "
-            "pass the config the weights were trained with (--config, e.g. the run's checkpoint/config_copy.py)"
+            f"pass the config the weights were trained with (--config, e.g. the {SETTINGS} of the run's checkpoint)"
         ) from None
 
 

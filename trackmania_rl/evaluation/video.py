@@ -6,7 +6,8 @@ all `height` pixels high. The Q panel has one bar per action, scaled between tha
 highest Q, with the value printed; the chosen action is highlighted, and the panel's header gives the game
 time and step (which also keeps consecutive frames distinct: GIF writers merge identical frames).
 The game view and its size come from the game's backend description (games/backend.py).
-Drawn with numpy and cv2; written with imageio (GIF through Pillow, MP4 through imageio-ffmpeg).
+Drawn with numpy and cv2; written as they come (GIF with Pillow, one frame at a time; MP4 through
+imageio-ffmpeg).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 from trackmania_rl.games.backend import game_backend
 
 MIN_HEIGHT = 64
+MAX_HEIGHT = 2160  # 4K; one RGB frame is about 3.3 height wide: ~10 x height^2 bytes
 MIN_Q_PANEL_WIDTH = 160
 FORMATS = (".gif", ".mp4")
 
@@ -54,8 +56,8 @@ class PanelLayout:
 def panel_layout(cfg, height: int) -> PanelLayout:
     """Panel sizes of a video frame `height` pixels high (every size even); the game view keeps the
     aspect of the full view of the config's game."""
-    if height < MIN_HEIGHT:
-        raise ValueError(f"video height {height}: must be at least {MIN_HEIGHT} pixels")
+    if not MIN_HEIGHT <= height <= MAX_HEIGHT:
+        raise ValueError(f"video height {height}: must be in [{MIN_HEIGHT}, {MAX_HEIGHT}] pixels")
     height = _even(height)
     view_aspect = game_backend(cfg.game_backend).full_view_aspect
     return PanelLayout(
@@ -167,10 +169,45 @@ def check_output_path(path: str | Path) -> Path:
     return path
 
 
+class GifStream:
+    """An animated GIF written frame by frame: each frame is palettised (256 colours of its own) and
+    appended to the file at once, so memory does not grow with the race (Pillow's `save_all` and
+    imageio's Pillow writer keep every frame until the end: ~140 MB for a 60 s race). Frame durations are
+    rounded so that their sum follows real time (GIF counts in centiseconds)."""
+
+    def __init__(self, path: str | Path, fps: float):
+        self.fps = float(fps)
+        self._file = open(path, "wb")
+        self._frames = 0
+
+    def _centiseconds(self, k: int) -> int:
+        return round((k + 1) * 100 / self.fps) - round(k * 100 / self.fps)
+
+    def write(self, frame: np.ndarray) -> None:
+        from PIL import GifImagePlugin, Image
+
+        image = Image.fromarray(frame, "RGB").quantize(colors=256)
+        duration_ms = 10 * self._centiseconds(self._frames)
+        if self._frames == 0:
+            header, _ = GifImagePlugin.getheader(image, info={"loop": 0, "duration": duration_ms})
+            self._file.write(b"".join(header))
+        for chunk in GifImagePlugin.getdata(image, duration=duration_ms, include_color_table=True):
+            self._file.write(chunk)
+        self._frames += 1
+
+    def close(self) -> None:
+        try:
+            if self._frames:
+                self._file.write(b";")  # GIF trailer
+        finally:
+            self._file.close()
+
+
 class VideoWriter:
     """Writes frames to a temporary file next to `path`, renamed to `path` on a successful close
-    (an interrupted race leaves no half-written video). GIF frames are palettised as they come (the
-    Pillow GIF writer keeps every frame in memory until the end); MP4 is streamed to ffmpeg (H.264)."""
+    (an interrupted race leaves no half-written video). Both formats stream: each GIF frame is
+    palettised and appended as it comes (`GifStream`); MP4 frames are piped to ffmpeg (H.264). Memory
+    does not grow with the race's length."""
 
     def __init__(self, path: str | Path, fps: float):
         import imageio
@@ -182,7 +219,7 @@ class VideoWriter:
         self.frames_written = 0
         self.frame_size: tuple[int, int] | None = None
         if self.format == ".gif":
-            self._writer = imageio.v3.imopen(self.tmp_path, "w", plugin="pillow")
+            self._writer = GifStream(self.tmp_path, self.fps)
         else:
             self._writer = imageio.v2.get_writer(
                 self.tmp_path,
@@ -204,8 +241,7 @@ class VideoWriter:
         elif size != self.frame_size:
             raise ValueError(f"video frame {size} differs from the first frame's size {self.frame_size}")
         if self.format == ".gif":
-            # duration in ms (GIF stores centiseconds); loop forever; 8 bits = a 256-colour palette per frame
-            self._writer.write(frame, duration=1000.0 / self.fps, loop=0, bits=8, is_batch=False)
+            self._writer.write(frame)
         else:
             self._writer.append_data(frame)
         self.frames_written += 1

@@ -8,6 +8,7 @@ than `max_policy_lag` versions old are not stored), `train` while the replay-rat
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import defaultdict
@@ -19,11 +20,24 @@ import torch
 from trackmania_rl.agents import schedules
 from trackmania_rl.agents.iqn import load_state_dict_into, make_network
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
+from trackmania_rl.config.values import settings_json
 from trackmania_rl.learner import checkpoint as ckpt
-from trackmania_rl.learner.checkpoint import BUFFER, BUFFER_TEST, CONFIG_COPY, OPTIMIZER, SCALER, STATS, WEIGHTS_ONLINE, WEIGHTS_TARGET
+from trackmania_rl.learner.checkpoint import (
+    BEST,
+    BEST_JSON,
+    BUFFER,
+    BUFFER_TEST,
+    OPTIMIZER,
+    SCALER,
+    SETTINGS,
+    STATS,
+    WEIGHTS_ONLINE,
+    WEIGHTS_TARGET,
+)
 from trackmania_rl.learner.run_stats import RunStats
-from trackmania_rl.replay.buffers import load_buffer, make_buffers, resize_buffers, save_buffer
+from trackmania_rl.replay.buffers import make_buffers, read_buffer_file, resize_buffers, save_buffer
 from trackmania_rl.replay.experience import fill_buffers
+from trackmania_rl.replay.storage import InvalidBufferFile
 from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, validate_envelope
 
 TRAINING_WINDOW_KEYS = ("loss", "loss_test", "grad_norm", "q_mean")
@@ -42,6 +56,7 @@ class Learner:
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.n_actions = len(self.cfg.inputs)
+        self._capacity_announced_full = 0
         self.rollout_shape = RolloutShape((1, self.cfg.H_downsized, self.cfg.W_downsized), layout.dim, self.n_actions)
 
         self.stats = RunStats()
@@ -73,51 +88,160 @@ class Learner:
         return schedules.values_at(self.cfg, self.stats.frames_played)
 
     def _resume(self) -> None:
-        folder = ckpt.find_checkpoint(self.run_dir)
-        if folder is None:
+        """Continue from the newest checkpoint of the run folder that loads (learner/checkpoint.py layout).
+
+        Candidates are tried newest first (numbered checkpoints, then an older run's checkpoint/). One without
+        its COMPLETE marker or with an unreadable or damaged file is skipped; once a candidate loads, the
+        skipped ones are moved to checkpoints.bad/ (never deleted) and named in the log. When none loads, the
+        start is refused (CheckpointError) and nothing is moved. A checkpoint that reads fine but does not fit
+        the current config also refuses the start: silently continuing from a fresh network with late-stage
+        schedules would waste the run (Linesight's bare-except weakness)."""
+        candidates = ckpt.checkpoint_candidates(self.run_dir)
+        if not candidates:
             return
-        # Any failure here stops the start: silently continuing from a fresh network with late-stage
-        # schedules would waste the run (Linesight's bare-except weakness).
-        self.stats = RunStats.from_json(ckpt.load_json(folder, STATS))
-        try:
-            for network, name in ((self.online, WEIGHTS_ONLINE), (self.target, WEIGHTS_TARGET)):
-                load_state_dict_into(network, ckpt.load_torch(folder, name, self.device), f"checkpoint file {folder / name}")
-            self.optimizer.load_state_dict(ckpt.load_torch(folder, OPTIMIZER, self.device))
-            if (folder / SCALER).exists():
-                self.trainer.scaler.load_state_dict(ckpt.load_torch(folder, SCALER))
-            capacity, self.memory_start_learn = self._memory_size()
-            resize_buffers(self.buffer, self.buffer_test, self.cfg, capacity)
-            load_buffer(self.buffer, folder / BUFFER)
-            load_buffer(self.buffer_test, folder / BUFFER_TEST)
-        except (RuntimeError, KeyError, ValueError) as e:  # shapes or entries that do not match this config
+        skipped: list[tuple[Path, str]] = []
+        for folder in candidates:
+            if not ckpt.is_complete(folder):
+                skipped.append((folder, f"checkpoint {folder} is incomplete (no {ckpt.COMPLETE_MARKER} marker)"))
+                continue
+            try:
+                state = self._read_checkpoint(folder)
+            except ckpt.CheckpointCorrupt as e:
+                skipped.append((folder, str(e)))
+                continue
+            self._apply_checkpoint(folder, state, skipped)
+            break
+        else:
+            reasons = "; ".join(why for _, why in skipped)
             raise ckpt.CheckpointError(
-                f"checkpoint {folder} does not fit the current config ({e}); start with --fresh or restore the run's config"
-            ) from None
+                f"no usable checkpoint in {self.run_dir} ({reasons}). Nothing was moved or deleted. To go on, move the "
+                f"damaged files or folders out of {self.run_dir} (a checkpoint whose only damaged files are {BUFFER} and "
+                f"{BUFFER_TEST} resumes with empty buffers once they are moved away), or start over with --fresh"
+            )
+        for unusable, why in skipped:
+            moved = ckpt.move_aside(self.run_dir, unusable)
+            self.log(f"checkpoint {unusable} cannot be used, moved to {moved}: {why}")
+        buffers = "" if state["buffers_found"] else " (no buffer files in it: the buffers start empty)"
         self.log(
             f"resumed from {folder}: {self.stats.frames_played} frames, {self.stats.batches_done} batches, "
-            f"buffer {len(self.buffer)} + test {len(self.buffer_test)} transitions, policy version {self.stats.policy_version}"
+            f"buffer {len(self.buffer)} + test {len(self.buffer_test)} transitions, policy version {self.stats.policy_version}{buffers}"
         )
 
+    def _read_checkpoint(self, folder: Path) -> dict:
+        """Every file of a checkpoint, read and checked without changing the learner. CheckpointCorrupt
+        naming the file when one is missing, unreadable or damaged (buffer files may be absent)."""
+        stats_data = ckpt.load_json(folder, STATS)
+        try:
+            stats = RunStats.from_json(stats_data)
+        except (AttributeError, TypeError) as e:
+            path = folder / STATS
+            raise ckpt.CheckpointCorrupt(f"checkpoint file {path} is corrupt (not the run's counters: {e})", path) from None
+        state = {"stats": stats}
+        for name in (WEIGHTS_ONLINE, WEIGHTS_TARGET, OPTIMIZER) + ((SCALER,) if (folder / SCALER).exists() else ()):
+            value = ckpt.load_torch(folder, name, self.device if name != SCALER else "cpu")
+            if not isinstance(value, dict) or (
+                name in (WEIGHTS_ONLINE, WEIGHTS_TARGET) and not all(isinstance(v, torch.Tensor) for v in value.values())
+            ):
+                path = folder / name
+                raise ckpt.CheckpointCorrupt(f"checkpoint file {path} is corrupt (not the saved state it should hold)", path)
+            state[name] = value
+        found = 0
+        for name in (BUFFER, BUFFER_TEST):
+            try:
+                state[name] = read_buffer_file(folder / name, self.n_actions)
+                found += 1
+            except FileNotFoundError:
+                state[name] = None
+            except InvalidBufferFile as e:
+                raise ckpt.CheckpointCorrupt(str(e), folder / name) from None
+        state["buffers_found"] = found > 0
+        return state
+
+    def _apply_checkpoint(self, folder: Path, state: dict, skipped: list) -> None:
+        """Load what `_read_checkpoint` read. CheckpointError if it does not fit the current config."""
+        try:
+            self.stats = state["stats"]
+            for network, name in ((self.online, WEIGHTS_ONLINE), (self.target, WEIGHTS_TARGET)):
+                load_state_dict_into(network, state[name], f"checkpoint file {folder / name}")
+            self.optimizer.load_state_dict(state[OPTIMIZER])
+            if SCALER in state:
+                self.trainer.scaler.load_state_dict(state[SCALER])
+            capacity, self.memory_start_learn = self._memory_size()
+            resize_buffers(self.buffer, self.buffer_test, self.cfg, capacity)
+            for buffer, name in ((self.buffer, BUFFER), (self.buffer_test, BUFFER_TEST)):
+                if state[name] is not None:
+                    buffer.load_state_dict(state[name], self.n_actions)
+        except (RuntimeError, KeyError, ValueError, TypeError) as e:  # shapes or entries that do not match this config
+            unused = "".join(f"; also unusable: {why}" for _, why in skipped)
+            raise ckpt.CheckpointError(
+                f"checkpoint {folder} does not fit the current config ({e}); start with --fresh or restore the run's config "
+                f"(the values it trained with are in {folder / SETTINGS}){unused}. Nothing was moved or deleted"
+            ) from None
+
     def save(self) -> Path:
+        """Write a checkpoint (learner/checkpoint.py: numbered folder, the newest `checkpoints_kept` kept) with the
+        config values in force as settings.json, then update the best model folder (`_update_best`).
+
+        On an I/O error (full disk, I/O error, permission) every partial file is removed, the previous
+        checkpoints are intact and CheckpointSaveError (an OSError) names the path and the free space; the
+        next periodic save is then tried `save_frequency_s` later."""
         self.stats.wall_seconds = self.wall_seconds_at_start + (time.perf_counter() - self.start_time)
-        config_text = Path(self.live.path).read_text() if Path(self.live.path).exists() else ""
+        settings = settings_json(self.cfg)
         writers = {
             WEIGHTS_ONLINE: ckpt.torch_writer(self.online.state_dict()),
             WEIGHTS_TARGET: ckpt.torch_writer(self.target.state_dict()),
             OPTIMIZER: ckpt.torch_writer(self.optimizer.state_dict()),
             SCALER: ckpt.torch_writer(self.trainer.scaler.state_dict()),
             STATS: ckpt.json_writer(self.stats.to_json()),
-            CONFIG_COPY: lambda path: path.write_text(config_text),
+            SETTINGS: ckpt.text_writer(settings),
             BUFFER: lambda path: save_buffer(self.buffer, path),
             BUFFER_TEST: lambda path: save_buffer(self.buffer_test, path),
         }
-        folder = ckpt.save_checkpoint(self.run_dir, writers)
-        self.last_save_time = time.perf_counter()
+        try:
+            folder = ckpt.save_checkpoint(self.run_dir, writers, keep=self.cfg.checkpoints_kept)
+        finally:
+            self.last_save_time = time.perf_counter()
         self.log(
             f"checkpoint saved to {folder}: {self.stats.frames_played} frames, {self.stats.batches_done} batches, "
             f"buffer {len(self.buffer)} + test {len(self.buffer_test)} transitions"
         )
+        self._update_best(folder, settings)
         return folder
+
+    def _update_best(self, folder: Path, settings: str) -> None:
+        """The best model folder save/<run>/best/ (weights_online.torch, settings.json, best.json).
+
+        Rule: at each save, if the learner has a latest eval native score on blind tracks
+        (`stats.latest_eval_native_score["blind"]`, the newest greedy race on a track it does not train on) and
+        it is higher than the score in best/best.json (or there is no best yet), the online weights in force
+        become the best model, replacing the folder as a whole."""
+        score = self.stats.latest_eval_native_score.get("blind")
+        if score is None or not math.isfinite(score):
+            return
+        best_dir = self.run_dir / BEST
+        try:
+            previous = float(json.loads((best_dir / BEST_JSON).read_text())["score"])
+        except (OSError, ValueError, KeyError, TypeError):
+            previous = None
+        if previous is not None and score <= previous:
+            return
+        record = {
+            "score": float(score),
+            "metric": "latest eval native score on blind tracks at save time",
+            "previous_score": previous,
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "frames_played": self.stats.frames_played,
+            "batches_done": self.stats.batches_done,
+            "policy_version": self.stats.policy_version,
+            "checkpoint": str(folder.relative_to(self.run_dir)),
+        }
+        writers = {
+            WEIGHTS_ONLINE: ckpt.torch_writer(self.online.state_dict()),
+            SETTINGS: ckpt.text_writer(settings),
+            BEST_JSON: ckpt.json_writer(record),
+        }
+        ckpt.replace_folder(best_dir, writers, "best model save")
+        self.log(f"best model so far saved to {best_dir}: blind-track eval native score {score:.1f} (previous best {previous})")
 
     def publish(self) -> None:
         """The online weights become policy version + 1 at the source."""
@@ -159,7 +283,6 @@ class Learner:
         than `max_policy_lag` versions old is dropped and counted by source: nothing of either is stored.
         """
         start = time.perf_counter()
-        source = meta.get("source", "?") if isinstance(meta, dict) else "?"
         try:
             validate_envelope((rollout_results, end_race_stats, meta), self.rollout_shape)
             lag = policy_lag(rollout_results, self.stats.policy_version)
@@ -169,13 +292,14 @@ class Learner:
                 )
         except InvalidRollout as e:
             self.stats.rollouts_rejected += 1
-            where = (
-                f"{source} {meta.get('collector')} on {meta.get('map_name')} seed {meta.get('seed')}" if isinstance(meta, dict) else source
-            )
+            where = "an unnamed source"
+            if isinstance(meta, dict):
+                where = f"{meta.get('source')!r} {meta.get('collector')} on {meta.get('map_name')} seed {meta.get('seed')}"
             self.log(f"rollout from {where} refused: {e}")
             return {"rejected": str(e)}
         self.window["policy_lag_versions"].append(lag)
         if lag > self.cfg.max_policy_lag:
+            source = meta["source"]
             dropped = self.stats.rollouts_dropped_stale
             dropped[source] = dropped.get(source, 0) + 1
             return {"dropped": "stale", "policy_lag": lag}
@@ -183,6 +307,9 @@ class Learner:
         if meta.get("fill_buffer", True):
             gamma = self.schedules()["gamma"]
             stored = fill_buffers(rollout_results, self.buffer, self.buffer_test, self.cfg, self.layout, gamma, self.rng, validate=False)
+            if len(self.buffer) >= self.buffer.capacity > self._capacity_announced_full:
+                self._capacity_announced_full = self.buffer.capacity  # from here on memory should stay flat
+                self.log(f"replay buffer is full: {len(self.buffer)} transitions; the oldest are replaced from now on")
         n_train, n_test = stored
         n_frames = len(rollout_results["actions"])
         self.stats.frames_played += n_frames

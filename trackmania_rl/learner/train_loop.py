@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
-import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load
 from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.learner import Learner
+from trackmania_rl.learner.run_folder import LIVE_CONFIG, RunLock, StopSignals, install_live_config, move_run_aside, validate_run_name
 from trackmania_rl.monitoring.status_line import StatusLine
 from trackmania_rl.monitoring.tensorboard import RunLogger
 from trackmania_rl.rollouts.local.collector import collector_main
@@ -33,8 +33,7 @@ class TrainOptions:
     run_name: str = "carracing_default"
     fresh: bool = False
     max_minutes: float | None = None
-    config: Path = CONFIG_DIR / "config.py"
-    config_copy: Path = CONFIG_DIR / "config_copy.py"
+    config: Path = CONFIG_DIR / "config.py"  # copied to save/<run>/config_live.py when the run starts
     save_dir: Path | None = None
     tensorboard_dir: Path | None = None
     collectors: int | None = None  # overrides collectors_count
@@ -50,46 +49,146 @@ def log(message: str) -> None:
     print(f"[learner] {message}", flush=True)
 
 
-def prepare_run_folders(options: TrainOptions, user) -> tuple[Path, Path]:
+def run_folders(options: TrainOptions, user) -> tuple[Path, Path]:
+    """save/<run> and tensorboard/<run> (the run name checked: one plain folder name, never a path)."""
+    name = validate_run_name(options.run_name)
     save_dir = _resolve(options.save_dir, user.save_dir)
     tensorboard_dir = _resolve(options.tensorboard_dir, user.tensorboard_dir)
-    run_dir = save_dir / options.run_name
-    tb_run_dir = tensorboard_dir / options.run_name
-    if options.fresh:
-        # Starting over never deletes a previous run: it is moved aside.
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        for folder in (run_dir, tb_run_dir):
-            if folder.exists():
-                backup = folder.with_name(f"{folder.name}.before-fresh-{stamp}")
-                shutil.move(str(folder), str(backup))
-                log(f"--fresh: previous {folder} moved to {backup}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir, tb_run_dir
+    return save_dir / name, tensorboard_dir / name
 
 
-def _stop_on_sigterm() -> None:
-    """A `kill` (SIGTERM) stops the run like Ctrl-C: collectors stopped, checkpoint saved."""
+def open_run(options: TrainOptions, user) -> tuple[RunLock, Path, Path, Path]:
+    """Lock the run folder (RunLocked if another trainer holds it: nothing touched), then `--fresh` moves the
+    previous run aside, and the run's live config is set up: copied from `--config` at a fresh start, kept
+    as it is on resume. Returns (lock, run_dir, tb_run_dir, live config path)."""
+    run_dir, tb_run_dir = run_folders(options, user)
+    lock = RunLock.acquire(run_dir)
+    try:
+        live_path = run_dir / LIVE_CONFIG
+        config_text = None
+        if options.fresh or not live_path.exists():
+            config_path = _resolve(options.config, None)
+            load_config(config_path, game_backend=user.game_backend)  # refuse a bad config before anything moves
+            config_text = config_path.read_text()
+        if options.fresh:
+            move_run_aside(run_dir, tb_run_dir, log=log)
+        live_path, created = install_live_config(run_dir, config_text)
+        if created:
+            log(f"live config of this run: {live_path} (copied from {_resolve(options.config, None)}; edit it to tune the run)")
+        else:
+            log(f"live config of this run: {live_path} (kept from the previous session of this run; edit it to tune the run)")
+    except BaseException:
+        lock.release()
+        raise
+    return lock, run_dir, tb_run_dir, live_path
 
-    def handler(signum, frame):
-        raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
+class PeriodicSaves:
+    """Saves every `save_frequency_s`. A failed save does not end the run: it is logged once per distinct
+    message (the count is reported when saving works again and at the end) and tried again a period later."""
+
+    def __init__(self, log=log):
+        self.log = log
+        self.failures: dict[str, int] = {}
+        self.next_try = 0.0
+
+    def due(self, learner) -> bool:
+        return time.perf_counter() >= self.next_try and learner.save_due()
+
+    def save(self, learner, period_s: float) -> bool:
+        try:
+            learner.save()
+        except Exception as e:
+            message = _describe(e)
+            count = self.failures.get(message, 0) + 1
+            self.failures[message] = count
+            if count == 1:
+                self.log(f"periodic checkpoint save failed (training goes on, next try in {period_s:g} s): {message}")
+            self.next_try = time.perf_counter() + period_s
+            return False
+        if self.failures:
+            self.log(f"checkpoint saved again after {sum(self.failures.values())} failed periodic save(s)")
+            self.failures.clear()
+        return True
+
+    def summary(self) -> list[str]:
+        return [f"periodic checkpoint save failed {count} time(s): {message}" for message, count in self.failures.items()]
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def final_save(learner) -> int:
+    """The checkpoint written on exit: 0 when it is complete, 1 (one line on stderr, no traceback) when it failed."""
+    try:
+        learner.save()
+    except Exception as e:
+        print(
+            f"error: the final checkpoint save failed, the previous complete checkpoint is kept: {_describe(e)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    return 0
+
+
+class _Run:
+    """What run_training has built so far, so that stopping at any stage cleans up exactly that."""
+
+    lock: RunLock | None = None
+    source: LocalCollectorSource | None = None
+    learner: Learner | None = None
+    logger: RunLogger | None = None
+    saves: PeriodicSaves | None = None
+    live: LiveConfig | None = None
+    frames_played = None  # multiprocessing Value shared with the collectors
+    no_source_left: bool = False  # the run stopped because no collector was left: it exits 1 after its save
 
 
 def run_training(options: TrainOptions) -> int:
+    """Train until --max-minutes or SIGINT/SIGTERM. 0 after a complete final save, 1 if it failed or if the run
+    stopped because no collector was left.
+    ConfigError, CheckpointError and RunFolderError (bad run name, run locked) come out before anything changed."""
+    signals = StopSignals().install()  # first: a signal at any later stage stops the run cleanly
+    run = _Run()
+    try:
+        try:
+            _start(options, run, signals)
+            signals.start_loop()
+            exit_reason = _loop(options, run, signals)
+        except KeyboardInterrupt:
+            exit_reason = "interrupted" if run.learner is not None and run.source is not None else "interrupted during start-up"
+        signals.begin_shutdown()
+        code = _shutdown(run, exit_reason)
+        return 1 if run.no_source_left else code
+    except BaseException:
+        signals.begin_shutdown()
+        if run.learner is not None:
+            _shutdown(run, "stopped by an error")
+        else:  # start-up refused (a checkpoint from another config...): close what was opened, quietly
+            for close in (run.source.stop if run.source else None, run.logger.close if run.logger else None):
+                try:
+                    if close is not None:
+                        close()
+                except Exception:
+                    pass
+        raise
+    finally:
+        if run.lock is not None:
+            run.lock.release()
+        signals.restore()
+
+
+def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     user = load_user_config()
-    config_path = _resolve(options.config, None)
-    load_config(config_path, game_backend=user.game_backend)  # refuse a bad config before anything starts
-    config_copy = _resolve(options.config_copy, None)
-    if config_path.resolve() != config_copy.resolve():
-        shutil.copyfile(config_path, config_copy)
-    live = LiveConfig(config_copy, game_backend=user.game_backend, log=log)
+    run.lock, run_dir, tb_run_dir, live_path = open_run(options, user)
+    live = LiveConfig(live_path, game_backend=user.game_backend, log=log)
     cfg = live.current
     try:
         device = choose_device(user.device)
     except ValueError as e:
         raise ConfigError(f"config_files/user_config.py: {e}") from None
-    run_dir, tb_run_dir = prepare_run_folders(options, user)
     layout = float_layout_for(cfg, user.game_backend)
     collectors_count = options.collectors or cfg.collectors_count
     log(f"run {options.run_name}: device {device}, {collectors_count} collector(s), game {user.game_backend}, saves in {run_dir}")
@@ -99,31 +198,38 @@ def run_training(options: TrainOptions) -> int:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) - collectors_count))
     ctx = torch_mp.get_context("spawn")
     shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs), "cpu"), ctx)
-    logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
+    run.logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
     frames_played = ctx.Value("q", 0, lock=False)  # the learner's count, read by collectors for their schedules
     pause_event = ctx.Event()
     pool = CollectorPool(
         ctx,
         collector_main,
-        args=(str(config_copy), user.game_backend, collectors_count, shared, frames_played, pause_event),
+        args=(str(live_path), user.game_backend, collectors_count, shared, frames_played, pause_event),
         count=collectors_count,
         queue_size=cfg.max_rollout_queue_size,
         log=log,
     )
     source = LocalCollectorSource(pool, shared, pause_event, stall_timeout_s=lambda: live.current.collector_stall_timeout_s)
-    learner = Learner(live, layout, device, run_dir, source=source, logger=logger, log=log, resume=True)
-    frames_played.value = learner.stats.frames_played
+    run.learner = Learner(live, layout, device, run_dir, source=source, logger=run.logger, log=log, resume=True)
+    run.live, run.frames_played = live, frames_played
+    frames_played.value = run.learner.stats.frames_played
+    run.source = source
+    signals.defer()  # a signal while collectors spawn is noted, and acted on right after (start_loop)
+    source.start()
+
+
+def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
+    learner, source, live, frames_played = run.learner, run.source, run.live, run.frames_played
     status = StatusLine(enabled=options.status_line)
-    _stop_on_sigterm()
+    run.saves = saves = PeriodicSaves(log)
     deadline = time.perf_counter() + 60 * options.max_minutes if options.max_minutes else None
     last_aggregate = time.perf_counter()
-    exit_reason = "time limit reached"
-    source.start()
     try:
-        while deadline is None or time.perf_counter() < deadline:
+        while not signals.requested:
+            if deadline is not None and time.perf_counter() >= deadline:
+                return "time limit reached"
             live.reload()
             learner.apply_config()  # config edits, schedules and buffer growth by frames played
-            cfg = live.current
             wait_start = time.perf_counter()
             envelope = source.get(timeout_s=0.0 if learner.can_train() else 0.5)
             learner.note_waiting(time.perf_counter() - wait_start)
@@ -131,25 +237,50 @@ def run_training(options: TrainOptions) -> int:
                 learner.ingest_envelope(envelope)
                 frames_played.value = learner.stats.frames_played
             learner.train(max_seconds=0.5)
-            learner.stats.collector_restarts += len(source.health().replaced)
+            health = source.health()
+            learner.stats.collector_restarts += len(health.replaced)
+            if health.active == 0:  # every producer was given up after repeated failures: nothing will come
+                run.no_source_left = True
+                return "no rollout source left (every collector failed repeatedly; see the lines above)"
             if time.perf_counter() - last_aggregate >= AGGREGATE_LOG_PERIOD_S:
                 learner.log_aggregates()
                 last_aggregate = time.perf_counter()
-            if learner.save_due():
+            if saves.due(learner):
                 status.clear()
-                learner.save()
+                saves.save(learner, live.current.save_frequency_s)
             status.update(learner)
-    except KeyboardInterrupt:
-        exit_reason = "interrupted"
+        return "interrupted"
     finally:
         status.clear()
-        log(f"{exit_reason}: stopping collectors and saving")
-        source.stop()
-        for line in source.summary():
-            log(line)
-        try:
-            learner.log_aggregates()
-            learner.save()
-        finally:
-            logger.close()
-    return 0
+
+
+def _shutdown(run: _Run, exit_reason: str) -> int:
+    """Stop the collectors and write the final checkpoint; never raises. 0 when the final save is complete
+    (or there was nothing to save yet), 1 when it failed."""
+    what = "stopping collectors and saving" if run.learner is not None else "nothing to save yet"
+    log(f"{exit_reason}: {what}")
+    code = 0
+    try:
+        if run.source is not None:
+            try:
+                run.source.stop()
+                for line in run.source.summary():
+                    log(line)
+            except Exception as e:
+                log(f"stopping the collectors failed: {_describe(e)}")
+        if run.saves is not None:
+            for line in run.saves.summary():
+                log(line)
+        if run.learner is not None:
+            try:
+                run.learner.log_aggregates()
+            except Exception as e:
+                log(f"last aggregate log failed: {_describe(e)}")
+            code = final_save(run.learner)
+    finally:
+        if run.logger is not None:
+            try:
+                run.logger.close()
+            except Exception as e:
+                log(f"closing the TensorBoard writer failed: {_describe(e)}")
+    return code

@@ -34,8 +34,15 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from trackmania_rl.games.float_layout import FloatLayout
 from trackmania_rl.replay.mini_race import MiniRaceTransform
 from trackmania_rl.replay.samplers import PrioritizedSampler, UniformSampler
-from trackmania_rl.replay.storage import TEST_STATE_SLACK, TRAIN_STATE_SLACK, TransitionStorage, TransitionWriter
-from trackmania_rl.serialization import atomic_torch_save, safe_torch_load
+from trackmania_rl.replay.storage import (
+    TEST_STATE_SLACK,
+    TRAIN_STATE_SLACK,
+    InvalidBufferFile,
+    TransitionStorage,
+    TransitionWriter,
+    check_saved_storage,
+)
+from trackmania_rl.serialization import atomic_torch_save, safe_torch_load, torch_load_failure
 
 BUFFER_FILE_FORMAT = "trackmania_rl.transition_replay_buffer/1"
 
@@ -103,11 +110,12 @@ class TransitionReplayBuffer(ReplayBuffer):
             "writer": self._writer.state_dict(),
         }
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if state_dict.get("format") != BUFFER_FILE_FORMAT:
-            raise ValueError(f"not a saved transition replay buffer (format {state_dict.get('format')!r})")
+    def load_state_dict(self, state_dict: dict[str, Any], n_actions: int | None = None) -> None:
+        """Replace the content with a saved one, checked first (`check_saved_buffer`): InvalidBufferFile for a
+        damaged one, ValueError for a valid one made for other frames, floats or n_steps; nothing changes then."""
+        check_saved_buffer(state_dict, n_actions)
         with self._replay_lock:
-            kept = self.storage.load_state_dict(state_dict["storage"])
+            kept = self.storage.load_state_dict(state_dict["storage"], n_actions)
             saved_sampler = state_dict["sampler"]
             if isinstance(self.sampler, PrioritizedSampler) and "leaves" in saved_sampler:
                 self.sampler.load_state_dict(saved_sampler, kept)
@@ -124,17 +132,59 @@ class TransitionReplayBuffer(ReplayBuffer):
         load_buffer(self, Path(path) / "buffer.pt")
 
 
+def check_saved_buffer(state_dict, n_actions: int | None = None) -> None:
+    """Check a saved buffer (as read from its file) before loading it: the format tag, the storage
+    (storage.py `check_saved_storage`: dtypes, shapes, value ranges, actions in [0, n_actions)) and the
+    priorities (one finite value >= 0 per transition). InvalidBufferFile says what is wrong."""
+    if not isinstance(state_dict, dict) or state_dict.get("format") != BUFFER_FILE_FORMAT:
+        found = state_dict.get("format") if isinstance(state_dict, dict) else type(state_dict).__name__
+        raise InvalidBufferFile(f"not a saved transition replay buffer (format {found!r}, expected {BUFFER_FILE_FORMAT!r})")
+    check_saved_storage(state_dict.get("storage"), n_actions)
+    sampler = state_dict.get("sampler")
+    if not isinstance(sampler, dict) or not isinstance(state_dict.get("writer", {}), dict):
+        raise InvalidBufferFile("`sampler` and `writer` must be dicts")
+    if "leaves" in sampler:
+        leaves = sampler["leaves"]
+        n = len(state_dict["storage"]["content"]["action"])
+        if not isinstance(leaves, torch.Tensor) or not leaves.is_floating_point() or tuple(leaves.shape) != (n,):
+            raise InvalidBufferFile(f"the priorities are not {n} floats (one per transition)")
+        if not bool(torch.isfinite(leaves).all()) or (n and float(leaves.min()) < 0):
+            raise InvalidBufferFile("the priorities hold NaN, infinite or negative values")
+        max_leaf = sampler.get("max_leaf")
+        if isinstance(max_leaf, bool) or not isinstance(max_leaf, (int, float)) or not np.isfinite(max_leaf) or max_leaf <= 0:
+            raise InvalidBufferFile(f"the priorities' `max_leaf` {max_leaf!r} is not a positive number")
+
+
+def read_buffer_file(path: str | Path, n_actions: int | None = None) -> dict[str, Any]:
+    """A saved buffer read from its file (plain tensors, weights_only=True) and checked (`check_saved_buffer`).
+    FileNotFoundError when there is no file; InvalidBufferFile naming the file when it cannot be read or its
+    content is damaged."""
+    path = Path(path)
+    try:
+        state_dict = safe_torch_load(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"buffer file {path} does not exist") from None
+    except Exception as e:  # truncated, not a torch file, or holding objects weights_only refuses
+        raise InvalidBufferFile(f"buffer file {path} is corrupt or not a plain-data torch file ({torch_load_failure(e)})") from None
+    try:
+        check_saved_buffer(state_dict, n_actions)
+    except InvalidBufferFile as e:
+        raise InvalidBufferFile(f"buffer file {path} is damaged: {e}") from None
+    return state_dict
+
+
 def save_buffer(buffer: TransitionReplayBuffer, path: str | Path) -> None:
     """Write the buffer's content (and priorities) to one file, atomically (temp file + rename)."""
     atomic_torch_save(buffer.state_dict(), path)
 
 
-def load_buffer(buffer: TransitionReplayBuffer, path: str | Path) -> None:
-    """Replace the buffer's content with a saved one (plain tensors, read with weights_only=True).
+def load_buffer(buffer: TransitionReplayBuffer, path: str | Path, n_actions: int | None = None) -> None:
+    """Replace the buffer's content with a saved one (plain tensors, read with weights_only=True, checked
+    by `read_buffer_file`: FileNotFoundError or InvalidBufferFile naming the file, nothing changed then).
 
     The saved buffer may have another capacity: the newest transitions that fit are kept, in FIFO order.
     """
-    buffer.load_state_dict(safe_torch_load(path))
+    buffer.load_state_dict(read_buffer_file(path, n_actions), n_actions)
 
 
 def make_buffer(

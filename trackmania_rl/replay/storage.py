@@ -270,9 +270,13 @@ class TransitionStorage(Storage):
             },
         }
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> np.ndarray:
+    def load_state_dict(self, state_dict: dict[str, Any], n_actions: int | None = None) -> np.ndarray:
         """Replace the content with a saved one (keeping the newest part if it does not fit); returns the
-        positions, in the saved order, of the transitions kept."""
+        positions, in the saved order, of the transitions kept.
+
+        The saved content is checked first (`check_saved_storage`: InvalidBufferFile, nothing changed); a valid
+        one made for other frames, floats or n_steps raises ValueError."""
+        check_saved_storage(state_dict, n_actions)
         if tuple(state_dict["frame_shape"]) != self.frame_shape or int(state_dict["float_dim"]) != self.float_dim:
             raise ValueError(
                 f"saved buffer holds frames {tuple(state_dict['frame_shape'])} and {state_dict['float_dim']} floats; "
@@ -292,6 +296,99 @@ class TransitionStorage(Storage):
 
     def loads(self, path):
         self.load_state_dict(safe_torch_load(Path(path).with_suffix(".pt")))
+
+
+class InvalidBufferFile(ValueError):
+    """A saved buffer is damaged or not one: wrong types, dtypes, shapes or values. The message says what."""
+
+
+_CONTENT_DTYPES = {
+    "frames": torch.uint8,
+    "state_float": torch.float32,
+    "potential": torch.float32,
+    "state_index": torch.int64,
+    "next_state_index": torch.int64,
+    "action": torch.int64,
+    "n_steps": torch.int64,
+    "rewards": torch.float32,
+    "gammas": torch.float32,
+    "terminal_actions": torch.float32,
+}
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_saved_storage(state_dict, n_actions: int | None = None) -> None:
+    """Check a saved storage (`TransitionStorage.state_dict()` read back) before anything is loaded: types,
+    dtypes and shapes of every field, frames uint8 (S, *frame_shape), actions in [0, n_actions) (when given),
+    n_steps in [1, N], finite floats, rewards and gammas, gammas in [0, 1], terminal_actions >= 0 (inf
+    allowed), state indices within the stored states with next > state. InvalidBufferFile says what is wrong."""
+
+    def bad(what: str):
+        raise InvalidBufferFile(what)
+
+    if not isinstance(state_dict, dict):
+        bad(f"the storage is a {type(state_dict).__name__}, not a dict")
+    for key in ("frame_shape", "float_dim", "n_steps", "transitions_written", "content"):
+        if key not in state_dict:
+            bad(f"the storage has no `{key}`")
+    frame_shape, float_dim, n = state_dict["frame_shape"], state_dict["float_dim"], state_dict["n_steps"]
+    if not isinstance(frame_shape, (list, tuple)) or len(frame_shape) != 3 or not all(_int(x) and x > 0 for x in frame_shape):
+        bad(f"`frame_shape` {frame_shape!r} is not three positive integers")
+    if not (_int(float_dim) and float_dim > 0) or not (_int(n) and n > 0):
+        bad(f"`float_dim` {float_dim!r} and `n_steps` {n!r} must be positive integers")
+    content = state_dict["content"]
+    if not isinstance(content, dict):
+        bad("`content` is not a dict of tensors")
+    for name, dtype in _CONTENT_DTYPES.items():
+        tensor = content.get(name)
+        if not isinstance(tensor, torch.Tensor):
+            bad(f"`{name}` is missing or not a tensor")
+        if tensor.dtype != dtype:
+            bad(f"`{name}` has dtype {tensor.dtype}, expected {dtype}")
+    s, t = len(content["frames"]), len(content["action"])
+    shapes = {
+        "frames": (s, *frame_shape),
+        "state_float": (s, float_dim),
+        "potential": (s,),
+        "state_index": (t,),
+        "next_state_index": (t,),
+        "action": (t,),
+        "n_steps": (t,),
+        "rewards": (t, n),
+        "gammas": (t, n),
+        "terminal_actions": (t,),
+    }
+    for name, shape in shapes.items():
+        if tuple(content[name].shape) != tuple(shape):
+            bad(f"`{name}` has shape {tuple(content[name].shape)}, expected {tuple(shape)}")
+    written = state_dict["transitions_written"]
+    if not _int(written) or written < t:
+        bad(f"`transitions_written` {written!r} is not an integer >= the {t} transitions stored")
+    for name in ("state_float", "potential", "rewards", "gammas"):
+        if not bool(torch.isfinite(content[name]).all()):
+            bad(f"`{name}` holds NaN or infinite values")
+    if t == 0:
+        return
+    action, n_steps = content["action"], content["n_steps"]
+    if int(action.min()) < 0 or (n_actions is not None and int(action.max()) >= n_actions):
+        limit = f"[0, {n_actions})" if n_actions is not None else ">= 0"
+        bad(f"`action` holds values in [{int(action.min())}, {int(action.max())}], expected {limit}")
+    if int(n_steps.min()) < 1 or int(n_steps.max()) > n:
+        bad(f"`n_steps` holds values in [{int(n_steps.min())}, {int(n_steps.max())}], expected [1, {n}]")
+    gammas = content["gammas"]
+    if float(gammas.min()) < 0 or float(gammas.max()) > 1:
+        bad("`gammas` holds values outside [0, 1]")
+    terminal = content["terminal_actions"]
+    if bool(torch.isnan(terminal).any()) or float(terminal.min()) < 0:
+        bad("`terminal_actions` holds NaN or negative values")
+    state_index, next_state_index = content["state_index"], content["next_state_index"]
+    if int(state_index.min()) < 0 or int(next_state_index.max()) >= s:
+        bad(f"state indices point outside the {s} stored states")
+    if not bool((next_state_index > state_index).all()):
+        bad("a transition's next state is not after its state")
 
 
 def _empty_experience(frame_shape, float_dim, n_steps) -> Experience:

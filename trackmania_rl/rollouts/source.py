@@ -21,6 +21,11 @@ class SourceHealth:
     alive: int
     replaced: list = field(default_factory=list)  # producers restarted or forgotten by this check
     paused: bool = False
+    active: int | None = None  # producers still served (not given up after repeated failures); None: producers
+
+    def __post_init__(self):
+        if self.active is None:
+            self.active = self.producers
 
 
 class RolloutSource(abc.ABC):
@@ -116,6 +121,7 @@ class CombinedSources(RolloutSource):
             alive=sum(r.alive for r in reports),
             replaced=[f"{r.source}:{p}" for r in reports for p in r.replaced],
             paused=all(r.paused for r in reports),
+            active=sum(r.active for r in reports),
         )
 
     def stop(self) -> None:

@@ -3,7 +3,8 @@
 Each race is put on the collector's own bounded queue as an envelope (rollout_results, end_race_stats,
 meta; rollouts/contract.py). The collector reloads the shared network every
 `update_inference_network_every_n_actions` actions and records, per action, the policy version it acted
-with. While the source is paused it starts no new race.
+with. While the source is paused it starts no new race. A collector (re)started while the config file is
+broken starts with the last config that loaded (config/live.py, `last_good_path`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 
 from trackmania_rl.agents.acting import use_acting_torch_settings
 from trackmania_rl.agents.policy import CollectorPolicy
-from trackmania_rl.config.live import LiveConfig
+from trackmania_rl.config.live import LiveConfig, last_good_path_for
 from trackmania_rl.games import make_game_instance
 from trackmania_rl.games.base import GameCrashed
 from trackmania_rl.games.map_cycle import MapCycle
@@ -65,7 +66,9 @@ def collector_main(
     def log(message: str) -> None:
         print(f"[collector {index}] {message}", flush=True)
 
-    live = LiveConfig(config_path, game_backend=game_backend, log=log)
+    # A restart while the run's config file is broken starts from the last text that loaded (kept beside
+    # the file by every collector): no crash loop, and the learner keeps its previous config too (DESIGN §6).
+    live = LiveConfig(config_path, game_backend=game_backend, log=log, last_good_path=last_good_path_for(config_path))
     cfg = live.current
     game = make_game_instance(cfg, game_backend)
     policy = CollectorPolicy(cfg, game.float_layout, len(cfg.inputs), shared_network)

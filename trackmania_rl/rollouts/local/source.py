@@ -47,7 +47,7 @@ class LocalCollectorSource(RolloutSource):
     def health(self) -> SourceHealth:
         replaced = self.pool.check(self.stall_timeout_s())
         alive = sum(1 for slot in self.pool.slots if slot.process is not None and slot.process.is_alive())
-        return SourceHealth(self.name, len(self.pool.slots), alive, replaced, self.pause_event.is_set())
+        return SourceHealth(self.name, len(self.pool.slots), alive, replaced, self.pause_event.is_set(), self.pool.active_count())
 
     def stop(self) -> None:
         self.pool.stop()

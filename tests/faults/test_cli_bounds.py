@@ -1,0 +1,106 @@
+"""Every number on the command line has a range; run names are plain folder names.
+
+scripts/train.py refuses bad values with exit 2 and a message naming the option, before anything starts:
+nothing is created under the save and TensorBoard folders. scripts/evaluate.py refuses out-of-range
+--threads, --max-race-seconds and --seeds lists of more than 100,000 seeds (counted before any range is
+expanded: `0-999999999` is refused at once).
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.faults.helpers import REPO_ROOT, TRAIN
+from trackmania_rl.evaluation import evaluate as evaluation
+
+CORES = os.cpu_count() or 1
+
+
+def _train(tmp_path, *args):
+    command = [sys.executable, str(TRAIN), "--save-dir", str(tmp_path / "save"), "--tensorboard-dir", str(tmp_path / "tb"), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--collectors", "0"], "--collectors 0: at least 1 collector is needed (the local collector processes are the only"),
+        (["--collectors", "-1"], "--collectors -1"),
+        (["--collectors", str(4 * CORES + 1)], f"--collectors {4 * CORES + 1}: at most {4 * CORES}"),
+        (["--collectors", "1e9"], "--collectors"),
+        (["--max-minutes", "nan"], "--max-minutes nan"),
+        (["--max-minutes", "inf"], "--max-minutes inf"),
+        (["--max-minutes=-inf"], "--max-minutes -inf"),
+        (["--max-minutes", "0"], "--max-minutes 0.0"),
+        (["--max-minutes", "-5"], "--max-minutes -5.0"),
+        (["--run-name", "/abs"], "--run-name '/abs'"),
+        (["--run-name", ".."], "--run-name '..'"),
+        (["--run-name", ""], "--run-name is empty"),
+        (["--run-name", "a/b"], "--run-name 'a/b'"),
+        (["--run-name", "x" * 101], "--run-name is 101 characters long"),
+        (["--run-name", "..", "--fresh"], "--run-name '..'"),
+    ],
+)
+def test_train_refuses_out_of_range_options_before_anything_starts(tmp_path, args, named):
+    (tmp_path / "save" / "carracing_default").mkdir(parents=True)
+    (tmp_path / "save" / "carracing_default" / "keep.txt").write_text("keep")
+    started = time.perf_counter()
+    result = _train(tmp_path, *args)
+    assert result.returncode == 2, (args, result.stdout, result.stderr)
+    assert named in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.perf_counter() - started < 30
+    # nothing touched: no folder made, moved or deleted anywhere
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "save",
+        "save/carracing_default",
+        "save/carracing_default/keep.txt",
+    ]
+
+
+def test_train_has_no_config_copy_option(tmp_path):
+    result = _train(tmp_path, "--config-copy", "x.py")
+    assert result.returncode == 2 and "--config-copy" in result.stderr
+
+
+def _evaluate_main():
+    spec = importlib.util.spec_from_file_location("evaluate_script", REPO_ROOT / "scripts" / "evaluate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--threads", "0"], "--threads: 0: must be between 1 and"),
+        (["--threads", str(CORES + 1)], f"--threads: {CORES + 1}: must be between 1 and {CORES}"),
+        (["--threads", "two"], "--threads: 'two' is not a whole number"),
+        (["--max-race-seconds", "nan"], "--max-race-seconds: nan: must be a finite number of seconds greater than 0"),
+        (["--max-race-seconds", "inf"], "--max-race-seconds: inf"),
+        (["--max-race-seconds", "0"], "--max-race-seconds: 0"),
+        (["--max-race-seconds", "-1"], "--max-race-seconds: -1"),
+    ],
+)
+def test_evaluate_refuses_out_of_range_numbers(tmp_path, capsys, args, named):
+    main = _evaluate_main()
+    with pytest.raises(SystemExit) as exit_:
+        main(["--weights", str(tmp_path / "w.torch"), "--seeds", "0", *args])
+    assert exit_.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_evaluate_counts_seeds_before_expanding_ranges(tmp_path, capsys):
+    main = _evaluate_main()
+    started = time.perf_counter()
+    assert main(["--weights", str(tmp_path / "w.torch"), "--seeds", "0-999999999"]) == 2
+    assert time.perf_counter() - started < 1.0
+    assert "--seeds lists more than 100,000 seeds" in capsys.readouterr().err
+    for text in ("0-99999,100000", "0-50000,60000-110000", ",".join(str(i) for i in range(100_001)), "5-" + "9" * 5000):
+        with pytest.raises(evaluation.EvaluationError, match="--seeds"):
+            evaluation.parse_seeds(text)
+    assert len(evaluation.parse_seeds("0-99999")) == evaluation.MAX_SEEDS == 100_000

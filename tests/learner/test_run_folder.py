@@ -1,0 +1,139 @@
+"""The run folder module: run names, the lock, --fresh, the live config, stop signals (in process)."""
+
+import os
+import signal
+
+import pytest
+
+from trackmania_rl.learner import train_loop
+from trackmania_rl.learner.run_folder import (
+    LIVE_CONFIG,
+    LOCK_FILE,
+    InvalidRunName,
+    RunLock,
+    RunLocked,
+    StopSignals,
+    install_live_config,
+    move_run_aside,
+    validate_run_name,
+)
+
+
+@pytest.mark.parametrize("name", ["carracing_default", "run-1", "a.b_c-d", "A9", "x" * 100, "_x", "-x"])
+def test_plain_names_are_accepted(name):
+    assert validate_run_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "/abs", "..", ".", ".hidden", "a/b", "a\\b", "x" * 101, "é", "a b", "a\nb", None])
+def test_paths_and_odd_names_are_refused(name):
+    with pytest.raises(InvalidRunName, match="--run-name"):
+        validate_run_name(name)
+
+
+def test_the_lock_is_exclusive_and_names_its_holder(tmp_path):
+    run_dir = tmp_path / "save" / "r"
+    lock = RunLock.acquire(run_dir)
+    assert (run_dir / LOCK_FILE).read_text().strip() == str(os.getpid())
+    with pytest.raises(RunLocked, match=f"in use by trainer pid {os.getpid()}") as refused:
+        RunLock.acquire(run_dir)  # another open file description: refused even in the same process
+    assert refused.value.holder_pid == os.getpid()
+    assert (run_dir / LOCK_FILE).read_text().strip() == str(os.getpid())  # the refused one erased nothing
+    lock.release()
+    again = RunLock.acquire(run_dir)
+    again.release()
+
+
+def test_fresh_moves_the_run_aside_and_keeps_the_lock(tmp_path):
+    run_dir, tb_dir = tmp_path / "save" / "r", tmp_path / "tensorboard" / "r"
+    (run_dir / "checkpoint").mkdir(parents=True)
+    (run_dir / "checkpoint" / "stats.json").write_text("{}")
+    (run_dir / LIVE_CONFIG).write_text("old")
+    tb_dir.mkdir(parents=True)
+    (tb_dir / "events").write_text("e")
+    (tmp_path / "save" / "other").mkdir()
+    with RunLock.acquire(run_dir) as lock:
+        made = move_run_aside(run_dir, tb_dir, log=lambda m: None)
+        assert lock.held
+        assert [p.name for p in run_dir.iterdir()] == [LOCK_FILE]
+        with pytest.raises(RunLocked):
+            RunLock.acquire(run_dir)
+    backup_save, backup_tb = made
+    assert backup_save.name.startswith("r.before-fresh-") and (backup_save / "checkpoint" / "stats.json").read_text() == "{}"
+    assert (backup_save / LIVE_CONFIG).read_text() == "old"
+    assert (backup_tb / "events").read_text() == "e" and not tb_dir.exists()
+    assert (tmp_path / "save" / "other").is_dir()
+    # a second --fresh in the same second gets its own folder
+    (run_dir / "x").write_text("x")
+    (again,) = move_run_aside(run_dir, tb_dir, log=lambda m: None)
+    assert again != backup_save and (again / "x").read_text() == "x"
+
+
+def test_live_config_is_copied_once_then_kept(tmp_path):
+    path, created = install_live_config(tmp_path, "a = 1\n")
+    assert created and path == tmp_path / LIVE_CONFIG and path.read_text() == "a = 1\n"
+    path.write_text("a = 2\n")  # an edit made during the run
+    path2, created2 = install_live_config(tmp_path, "a = 1\n")
+    assert (path2, created2) == (path, False) and path.read_text() == "a = 2\n"
+    assert [p.name for p in tmp_path.iterdir()] == [LIVE_CONFIG]  # no temp file left
+
+
+def test_stop_signals_raise_then_note_then_ignore():
+    signals = StopSignals().install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 0) if hasattr(signal, "sigtimedwait") else None
+        assert signals.requested == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGINT)  # a second signal while stopping: ignored
+        signals2 = StopSignals().install()
+        signals2.start_loop()
+        os.kill(os.getpid(), signal.SIGINT)  # in the loop: only noted
+        assert signals2.requested == "SIGINT"
+        signals2.begin_shutdown()
+        os.kill(os.getpid(), signal.SIGTERM)
+        signals2.restore()
+    finally:
+        signals.restore()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class FakeLearner:
+    def __init__(self, failures):
+        self.failures = list(failures)
+        self.saves = 0
+
+    def save_due(self):
+        return True
+
+    def save(self):
+        if self.failures:
+            raise self.failures.pop(0)
+        self.saves += 1
+
+
+def test_periodic_save_failures_are_logged_once_per_message_and_retried_next_period():
+    lines = []
+    saves = train_loop.PeriodicSaves(log=lines.append)
+    learner = FakeLearner([OSError(28, "No space left on device"), OSError(28, "No space left on device"), RuntimeError("other")])
+    assert saves.due(learner)
+    assert not saves.save(learner, period_s=1000)
+    assert not saves.due(learner)  # next try a period later, not at the next pass of the loop
+    saves.next_try = 0
+    assert not saves.save(learner, period_s=1000)
+    saves.next_try = 0
+    assert not saves.save(learner, period_s=1000)
+    assert len(lines) == 2 and "No space left on device" in lines[0] and "RuntimeError: other" in lines[1]
+    assert saves.summary() == [
+        "periodic checkpoint save failed 2 time(s): OSError: [Errno 28] No space left on device",
+        "periodic checkpoint save failed 1 time(s): RuntimeError: other",
+    ]
+    saves.next_try = 0
+    assert saves.save(learner, period_s=1000) and learner.saves == 1
+    assert lines[-1] == "checkpoint saved again after 3 failed periodic save(s)" and saves.summary() == []
+
+
+def test_a_failed_final_save_is_one_line_and_exit_1(capsys):
+    assert train_loop.final_save(FakeLearner([PermissionError(13, "Permission denied")])) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: the final checkpoint save failed") and "Permission denied" in err
+    assert train_loop.final_save(FakeLearner([])) == 0
