@@ -5,8 +5,9 @@
 Starts `scripts/train.py` on a fresh run (in a temporary folder unless --work-dir is given), samples the
 resident memory (RSS) of the learner and of every collector every --sample-s seconds, and at the end prints
 one JSON object: the exit code, error and traceback lines in the log, collector restarts, the RSS of the
-learner and collectors at start, when the replay buffer was full, and at the end, and their growth per hour
-after the buffer was full (what a leak would show), and the figures of the last status.
+learner and collectors at start, at their peak and at the end, their growth per hour after the replay
+buffer last became full (the memory schedule may grow it during the run: memory should be flat only after
+its last growth; what a leak would show), and every sample.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     start = time.time()
     with open(log_path, "w") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-        learner_rss, collector_rss, buffer_full_at = [], [], None
+        learner_rss, collector_rss, buffer_full_at, times_full = [], [], None, 0
         try:
             while process.poll() is None:
                 now = time.time() - start
@@ -90,8 +91,9 @@ def main(argv=None) -> int:
                 collector = [r for r in (rss_bytes(c) for c in children(process.pid)) if r is not None]
                 if collector:
                     collector_rss.append((now, sum(collector)))
-                if buffer_full_at is None and "replay buffer is full" in log_path.read_text(errors="replace"):
-                    buffer_full_at = now
+                full = log_path.read_text(errors="replace").count("replay buffer is full")
+                if full > times_full:  # the buffer (re)filled at a new capacity: memory is flat from here on
+                    times_full, buffer_full_at = full, now
                 time.sleep(args.sample_s)
         except KeyboardInterrupt:
             process.send_signal(signal.SIGINT)
@@ -117,12 +119,14 @@ def main(argv=None) -> int:
         "error_lines": len(re.findall(r"(?im)^.*\berror\b", text)),
         "traceback_lines": text.count("Traceback (most recent call last)"),
         "collector_restarts": len(re.findall(r"restarting it", text)),
-        "buffer_full_after_s": buffer_full_at,
+        "buffer_last_full_after_s": buffer_full_at,
+        "buffer_filled_times": times_full,
         "learner_rss": summary(learner_rss),
         "collectors_rss": summary(collector_rss),
         "log": str(log_path),
+        "samples": {"learner": learner_rss, "collectors": collector_rss},
     }
-    print(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))  # samples: in --out
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     return 0 if exit_code == 0 else 1

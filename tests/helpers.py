@@ -1,10 +1,12 @@
-"""Small configs and synthetic rollouts for the learner tests (experience, replay buffer, IQN)."""
+"""Small configs and synthetic rollouts for the tests: tiny networks, short races, config files for real trainers."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from trackmania_rl.config.loader import default_config
+from trackmania_rl.config.loader import CONFIG_DIR, default_config
 from trackmania_rl.games.car_racing import floats as car_floats
 from trackmania_rl.games.car_racing.floats import make_float_layout
 
@@ -21,6 +23,43 @@ TINY_NETWORK = dict(
     iqn_k=8,
     batch_size=32,
 )
+
+
+# appended to config_files/config.py: a real trainer (scripts/train.py) on a tiny network and short races
+TINY_TRAINING = """
+# --- tiny settings for tests of real trainers ---
+memory_size_schedule = [(0, (20_000, 300))]
+batch_size = 32
+number_times_single_memory_is_used_before_discard = 2
+cutoff_rollout_if_race_not_finished_within_duration_ms = 8_000
+conv_layers = [(8, 4, 2), (8, 4, 2)]
+dense_hidden_dimension = 32
+float_hidden_dim = 32
+iqn_embedding_dimension = 16
+send_shared_network_every_n_batches = 2
+update_inference_network_every_n_actions = 10
+save_frequency_s = {save_frequency_s}
+"""
+
+# appended to config_files/config.py: a real collector process playing 1.6 s races with a small network
+SHORT_RACES = """
+cutoff_rollout_if_race_not_finished_within_duration_ms = 1_600
+conv_layers = [(8, 4, 2), (8, 4, 2)]
+dense_hidden_dimension = 32
+float_hidden_dim = 32
+iqn_embedding_dimension = 16
+"""
+
+
+def write_config(folder: Path, overrides: str, name: str = "config.py") -> Path:
+    """folder/name: the repository's config with `overrides` appended (later settings win)."""
+    path = Path(folder) / name
+    path.write_text((CONFIG_DIR / "config.py").read_text() + overrides)
+    return path
+
+
+def write_tiny_config(folder: Path, save_frequency_s: float = 1_000) -> Path:
+    return write_config(folder, TINY_TRAINING.format(save_frequency_s=save_frequency_s))
 
 
 def tiny_config(**overrides):

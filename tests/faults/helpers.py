@@ -14,28 +14,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN = REPO_ROOT / "scripts" / "train.py"
 
-TINY_OVERRIDES = """
-# --- tiny settings for the fault tests ---
-memory_size_schedule = [(0, (20_000, 300))]
-batch_size = 32
-number_times_single_memory_is_used_before_discard = 2
-cutoff_rollout_if_race_not_finished_within_duration_ms = 8_000
-conv_layers = [(8, 4, 2), (8, 4, 2)]
-dense_hidden_dimension = 32
-float_hidden_dim = 32
-iqn_embedding_dimension = 16
-send_shared_network_every_n_batches = 2
-update_inference_network_every_n_actions = 10
-save_frequency_s = {save_frequency_s}
-"""
-
-
-def write_tiny_config(folder: Path, save_frequency_s: float = 1_000) -> Path:
-    path = folder / "config.py"
-    text = (REPO_ROOT / "config_files" / "config.py").read_text()
-    path.write_text(text + TINY_OVERRIDES.format(save_frequency_s=save_frequency_s))
-    return path
-
 
 def train_command(tmp_path: Path, run_name: str, *extra: str) -> list[str]:
     return [

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.multiprocessing as torch_mp
 
+from tests.helpers import SHORT_RACES, write_config
 from tests.rollouts.local.pool_targets import die_or_deliver, fetch_and_report, fetch_with_a_slow_copy, put_one_large_item_then_idle
 from trackmania_rl.config.live import last_good_path_for
 from trackmania_rl.rollouts.local.pool import CollectorPool, RepeatFilter
@@ -179,24 +180,14 @@ def test_publish_waits_for_a_live_slow_holder_in_bounded_steps(capsys):
     assert holder.exitcode == 0
 
 
-SHORT_RACES = """
-cutoff_rollout_if_race_not_finished_within_duration_ms = 1_600
-conv_layers = [(8, 4, 2), (8, 4, 2)]
-dense_hidden_dimension = 32
-float_hidden_dim = 32
-iqn_embedding_dimension = 16
-"""
-
-
 @pytest.mark.slow
 def test_a_collector_restarted_while_the_config_is_broken_starts_with_the_last_good_config(tmp_path, capfd):
     from trackmania_rl.agents.iqn import make_network
-    from trackmania_rl.config.loader import CONFIG_DIR, load_config
+    from trackmania_rl.config.loader import load_config
     from trackmania_rl.games import float_layout_for
     from trackmania_rl.rollouts.local.collector import collector_main
 
-    config_path = tmp_path / "config_live.py"
-    config_path.write_text((CONFIG_DIR / "config.py").read_text() + SHORT_RACES)
+    config_path = write_config(tmp_path, SHORT_RACES, name="config_live.py")
     cfg = load_config(config_path, game_backend="carracing")
     layout = float_layout_for(cfg)
     ctx = torch_mp.get_context("spawn")

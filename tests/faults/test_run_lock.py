@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from tests.faults.helpers import REPO_ROOT, snapshot, train_command, write_tiny_config
+from tests.faults.helpers import REPO_ROOT, snapshot, train_command
+from tests.helpers import write_tiny_config
 from trackmania_rl.learner.run_folder import LOCK_FILE, RunLock, RunLocked
 
 HOLDER = """

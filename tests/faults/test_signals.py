@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import Trainer, process_exists, snapshot, train_command, write_tiny_config
+from tests.faults.helpers import Trainer, process_exists, snapshot, train_command
+from tests.helpers import write_tiny_config
 from trackmania_rl.learner.run_folder import RunLock
 
 pytestmark = pytest.mark.slow

@@ -17,24 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import write_tiny_config
 from trackmania_rl.learner.checkpoint import find_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-TINY_OVERRIDES = """
-# --- tiny settings for the end-to-end test ---
-memory_size_schedule = [(0, (20_000, 300))]
-batch_size = 32
-number_times_single_memory_is_used_before_discard = 2
-cutoff_rollout_if_race_not_finished_within_duration_ms = 8_000
-conv_layers = [(8, 4, 2), (8, 4, 2)]
-dense_hidden_dimension = 32
-float_hidden_dim = 32
-iqn_embedding_dimension = 16
-send_shared_network_every_n_batches = 2
-update_inference_network_every_n_actions = 10
-save_frequency_s = 1_000
-"""
 
 
 class TrainProcess:
@@ -108,7 +94,7 @@ def _process_exists(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_train_end_to_end_then_resume(tmp_path):
-    (tmp_path / "config.py").write_text((REPO_ROOT / "config_files" / "config.py").read_text() + TINY_OVERRIDES)
+    write_tiny_config(tmp_path)
     run = TrainProcess(tmp_path, "e2e", minutes=1.2, collectors=2, log_name="run1.log")
     try:
         run.wait_for(r"live config of this run: .*config_live.py \(copied from", 60)

@@ -5,8 +5,9 @@ import time
 import pytest
 import torch.multiprocessing as torch_mp
 
+from tests.helpers import SHORT_RACES, write_config
 from trackmania_rl.agents.iqn import make_network
-from trackmania_rl.config.loader import CONFIG_DIR, load_config
+from trackmania_rl.config.loader import load_config
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.rollouts.contract import RolloutShape, validate_envelope
 from trackmania_rl.rollouts.local.collector import collector_main
@@ -14,19 +15,10 @@ from trackmania_rl.rollouts.local.pool import CollectorPool
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
 from trackmania_rl.rollouts.local.source import LocalCollectorSource
 
-SHORT_RACES = """
-cutoff_rollout_if_race_not_finished_within_duration_ms = 1_600
-conv_layers = [(8, 4, 2), (8, 4, 2)]
-dense_hidden_dimension = 32
-float_hidden_dim = 32
-iqn_embedding_dimension = 16
-"""
-
 
 @pytest.mark.slow
 def test_paused_collector_plays_no_race_and_resumes_with_versioned_envelopes(tmp_path):
-    config_path = tmp_path / "config.py"
-    config_path.write_text((CONFIG_DIR / "config.py").read_text() + SHORT_RACES)
+    config_path = write_config(tmp_path, SHORT_RACES)
     cfg = load_config(config_path, game_backend="carracing")
     layout = float_layout_for(cfg)
     ctx = torch_mp.get_context("spawn")
