@@ -120,7 +120,7 @@ map_cycle = [("train", range(1_000, 100_000), True, True)] * 4 + [
 # ---------------------------------------------------------------------------------------------------
 # Processes and bookkeeping
 # ---------------------------------------------------------------------------------------------------
-collectors_count = 1  # [restart]
+collectors_count = 1  # [restart] local collector processes (0: only a remote source plays)
 max_rollout_queue_size = 1  # [restart]
 update_inference_network_every_n_actions = 20
 send_shared_network_every_n_batches = 8
@@ -131,3 +131,13 @@ save_frequency_s = 300
 # Complete checkpoints kept in save/<run>/checkpoints/ (the newest ones; older ones are deleted after each save).
 checkpoints_kept = 2
 collector_stall_timeout_s = 120  # a collector silent this long is restarted
+# Pacing: when the learner owes more than this many batches to its replay ratio, the rollout sources start no
+# new race (races in flight still arrive) until it has caught up to half of it.
+max_training_backlog_batches = 400
+
+# ---------------------------------------------------------------------------------------------------
+# Remote rollout sources (optional installs; off by default). collectors_count may be 0 when one is on.
+# ---------------------------------------------------------------------------------------------------
+ray_address = None  # [restart] "auto": a local Ray cluster on loopback; or a cluster's address (docs/cluster.md)
+ray_actors = 0  # [restart] collector actors on the Ray cluster
+http_listen = None  # [restart] "127.0.0.1:8642": serve external game clients (docs/http-api.md)

@@ -3,6 +3,8 @@
     python scripts/train.py                      # resumes save/<run_name>/ if it exists
     python scripts/train.py --fresh              # start over (the previous run is moved aside, not deleted)
     python scripts/train.py --max-minutes 60     # train for an hour, save, exit 0
+    python scripts/train.py --ray auto --ray-actors 4           # collector actors on a Ray cluster (pip install -e ".[ray]")
+    python scripts/train.py --listen 127.0.0.1:8642 --collectors 0   # external game clients over HTTP (pip install -e ".[http]")
 
 Each run has its own live config, save/<run_name>/config_live.py: copied from --config when the run starts,
 kept as it is when the run resumes. Edit it to tune the running run. One trainer at a time uses a run
@@ -35,6 +37,10 @@ class Arguments:
     tensorboard_dir: str | None
     collectors: int | None
     status_line: bool
+    ray: str | None = None
+    ray_actors: int | None = None
+    listen: str | None = None
+    new_token: bool = False
 
 
 def max_collectors() -> int:
@@ -53,7 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", default="config_files/config.py", help="settings a new run starts from (copied to its live config)")
     parser.add_argument("--save-dir", default=None, help="overrides user_config.save_dir")
     parser.add_argument("--tensorboard-dir", default=None, help="overrides user_config.tensorboard_dir")
-    parser.add_argument("--collectors", type=int, default=None, help=f"overrides collectors_count (1 to {max_collectors()})")
+    parser.add_argument(
+        "--collectors",
+        type=int,
+        default=None,
+        help=f"overrides collectors_count: local collector processes (0 to {max_collectors()}; 0 needs --ray or --listen)",
+    )
+    parser.add_argument("--ray", default=None, metavar="auto|ADDRESS", help="overrides ray_address: collector actors on a Ray cluster")
+    parser.add_argument("--ray-actors", type=int, default=None, help="overrides ray_actors: collector actors on the Ray cluster")
+    parser.add_argument("--listen", default=None, metavar="HOST:PORT", help="overrides http_listen: serve external game clients")
+    parser.add_argument("--new-token", action="store_true", help="replace the run's HTTP bearer token (save/<run>/http_token)")
     parser.add_argument("--no-status-line", action="store_true")
     return parser
 
@@ -65,16 +80,23 @@ def parse_args(argv=None) -> Arguments:
     if a.max_minutes is not None and not (math.isfinite(a.max_minutes) and a.max_minutes > 0):
         parser.error(f"--max-minutes {a.max_minutes}: must be a finite number of minutes greater than 0")
     if a.collectors is not None:
-        if a.collectors < 1:
-            parser.error(
-                f"--collectors {a.collectors}: at least 1 collector is needed "
-                "(the local collector processes are the only rollout source so far)"
-            )
+        if a.collectors < 0:
+            parser.error(f"--collectors {a.collectors}: must be 0 or more")
+        if a.collectors == 0 and a.ray is None and a.listen is None:
+            parser.error("--collectors 0: no local collector needs another rollout source (--ray or --listen)")
         if a.collectors > max_collectors():
             parser.error(
                 f"--collectors {a.collectors}: at most {max_collectors()} ({MAX_COLLECTORS_PER_CPU} per CPU core, "
                 f"{os.cpu_count() or 1} core(s) here)"
             )
+    if a.ray_actors is not None and a.ray_actors < 0:
+        parser.error(f"--ray-actors {a.ray_actors}: must be 0 or more")
+    if a.ray is not None and not a.ray.strip():
+        parser.error('--ray: give "auto" or a Ray cluster address (HOST:PORT)')
+    if a.listen is not None:
+        host, _, port = a.listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            parser.error(f"--listen {a.listen}: give HOST:PORT with a port from 1 to 65535, for example 127.0.0.1:8642")
     try:
         validate_run_name(a.run_name)
     except RunFolderError as e:
@@ -88,6 +110,10 @@ def parse_args(argv=None) -> Arguments:
         tensorboard_dir=a.tensorboard_dir,
         collectors=a.collectors,
         status_line=not a.no_status_line,
+        ray=a.ray,
+        ray_actors=a.ray_actors,
+        listen=a.listen,
+        new_token=a.new_token,
     )
 
 

@@ -28,8 +28,11 @@ def _train(tmp_path, *args):
 @pytest.mark.parametrize(
     "args, named",
     [
-        (["--collectors", "0"], "--collectors 0: at least 1 collector is needed (the local collector processes are the only"),
-        (["--collectors", "-1"], "--collectors -1"),
+        (["--collectors", "0"], "--collectors 0: no local collector needs another rollout source (--ray or --listen)"),
+        (["--collectors", "-1"], "--collectors -1: must be 0 or more"),
+        (["--listen", "localhost"], "--listen localhost: give HOST:PORT with a port from 1 to 65535"),
+        (["--listen", "127.0.0.1:70000"], "--listen 127.0.0.1:70000: give HOST:PORT"),
+        (["--ray-actors", "-2"], "--ray-actors -2: must be 0 or more"),
         (["--collectors", str(4 * CORES + 1)], f"--collectors {4 * CORES + 1}: at most {4 * CORES}"),
         (["--collectors", "1e9"], "--collectors"),
         (["--max-minutes", "nan"], "--max-minutes nan"),

@@ -46,7 +46,7 @@ def _local_source(shared):
     """The local source around a shared network, with no collector process (the tests hand races to the learner)."""
     ctx = torch_mp.get_context("spawn")
     pool = CollectorPool(ctx, target=None, args=(), count=0, queue_size=1, log=lambda m: None)
-    return LocalCollectorSource(pool, shared, ctx.Event(), stall_timeout_s=lambda: 60.0)
+    return LocalCollectorSource(pool, shared, ctx.Event(), ctx.Value("q", 0, lock=False), stall_timeout_s=lambda: 60.0)
 
 
 def _learner(tmp_path, shared=None, resume=True):

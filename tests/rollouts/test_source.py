@@ -13,7 +13,8 @@ from trackmania_rl.rollouts.source import CombinedSources
 
 def _source(ctx, tag, count):
     pool = CollectorPool(ctx, put_tagged_envelopes, args=(tag, count), count=1, queue_size=count, log=lambda m: None)
-    return LocalCollectorSource(pool, SharedNetwork(torch.nn.Linear(2, 2), ctx), ctx.Event(), stall_timeout_s=lambda: 60.0)
+    shared = SharedNetwork(torch.nn.Linear(2, 2), ctx)
+    return LocalCollectorSource(pool, shared, ctx.Event(), ctx.Value("q", 0, lock=False), stall_timeout_s=lambda: 60.0)
 
 
 @pytest.mark.slow

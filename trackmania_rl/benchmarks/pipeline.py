@@ -44,7 +44,7 @@ def _local_source(ctx, config_path: Path, shared, count: int) -> LocalCollectorS
         queue_size=1,
         log=lambda m: None,
     )
-    return LocalCollectorSource(pool, shared, pause_event, stall_timeout_s=lambda: 600.0)
+    return LocalCollectorSource(pool, shared, pause_event, frames_played, stall_timeout_s=lambda: 600.0)
 
 
 def _start_pool(ctx, config_path: Path, shared, count: int) -> CollectorPool:

@@ -43,6 +43,10 @@ def _bool(v):
     return isinstance(v, bool)
 
 
+def _optional_text(v):
+    return v is None or (isinstance(v, str) and v.strip() != "")
+
+
 def _even_positive_int(v):
     return _positive_int(v) and v % 2 == 0
 
@@ -174,7 +178,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
         "a non-empty list of (name, seed or range of seeds >= 0, is_explo bool, fill_buffer bool)",
         False,
     ),
-    "collectors_count": (_positive_int, "a positive integer", True),
+    "collectors_count": (_non_negative_int, "an integer >= 0 (0: no local collector, another rollout source plays)", True),
     "max_rollout_queue_size": (_positive_int, "a positive integer", True),
     "update_inference_network_every_n_actions": (_positive_int, "a positive integer", False),
     "send_shared_network_every_n_batches": (_positive_int, "a positive integer", False),
@@ -182,6 +186,11 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "save_frequency_s": (_positive_number, "a positive number (s)", False),
     "checkpoints_kept": (_positive_int, "an integer >= 1 (complete checkpoints kept in the run folder)", False),
     "collector_stall_timeout_s": (_positive_number, "a positive number (s)", False),
+    "max_training_backlog_batches": (_positive_int, "a positive integer (batches owed to the replay ratio)", False),
+    # ---- remote rollout sources (rollouts/ray, rollouts/http): off unless set, each an optional install
+    "ray_address": (_optional_text, 'None, "auto" (a local cluster on loopback) or a Ray cluster address', True),
+    "ray_actors": (_non_negative_int, "an integer >= 0 (collector actors on the Ray cluster)", True),
+    "http_listen": (_optional_text, 'None or "HOST:PORT" (the HTTP endpoint for external game clients)', True),
 }
 
 # settings that a live config edit cannot change (network shape, buffer layout, processes): a restart applies them
@@ -189,4 +198,11 @@ RESTART_ONLY = tuple(name for name, (_, _, needs_restart) in SETTINGS.items() if
 
 # Settings added after config files were first written, with the value a file that predates them gets
 # (an older run's config copy, a shipped model's settings). config_files/config.py sets the same values.
-ADDED_LATER = {"max_policy_lag": 100_000, "checkpoints_kept": 2}
+ADDED_LATER = {
+    "max_policy_lag": 100_000,
+    "checkpoints_kept": 2,
+    "max_training_backlog_batches": 400,
+    "ray_address": None,
+    "ray_actors": 0,
+    "http_listen": None,
+}

@@ -60,9 +60,9 @@ def _decode(value, name: str, source: str, top: bool = True):
     if isinstance(value, list):
         items = [_decode(v, name, source, top=False) for v in value]
         return items if top else tuple(items)
-    if value is None:
-        raise ConfigError(f"{source}: setting `{name}` is null")
-    return value
+    if value is None and not top:
+        raise ConfigError(f"{source}: setting `{name}` holds a null inside it")
+    return value  # a top-level null (an unset optional setting) is checked by the schema like any value
 
 
 def config_from_values(values: dict, game_backend: str = "carracing", source: str = SETTINGS_FILE, inputs: dict | None = None) -> Config:

@@ -396,8 +396,19 @@ class Learner:
             self.stats.training_seconds += elapsed
         return done
 
+    def training_backlog_batches(self) -> float:
+        """Batches the learner owes to its replay ratio (0 until the buffer holds enough to start learning:
+        pausing the sources then would stop the buffer from ever filling)."""
+        if len(self.buffer) < max(1, self.memory_start_learn):
+            return 0.0
+        credit = self.stats.single_memories_should_have_been_used - self.stats.single_memories_used
+        return max(0.0, credit / self.cfg.batch_size)
+
     def note_waiting(self, seconds: float) -> None:
         self.window_time["waiting"] += seconds
+
+    def note_sources_paused(self, seconds: float) -> None:
+        self.window_time["sources_paused"] += seconds
 
     # --------------------------------------------------------------------------------------- logging
     def log_aggregates(self) -> None:
@@ -418,6 +429,7 @@ class Learner:
                 self.logger.histogram("pipeline/policy_lag_versions", self.window["policy_lag_versions"], step)
             pipeline["rollouts_dropped_stale"] = sum(self.stats.rollouts_dropped_stale.values())
             pipeline["learner_waiting_percent"] = 100 * self.window_time["waiting"] / elapsed
+            pipeline["sources_paused_percent"] = 100 * min(elapsed, self.window_time["sources_paused"]) / elapsed
             pipeline["learner_training_percent"] = 100 * (self.window_time["training"] + self.window_time["testing"]) / elapsed
             pipeline["transitions_learned_per_s"] = len(self.window["loss"]) * self.cfg.batch_size / elapsed
             pipeline["collector_restarts"] = self.stats.collector_restarts

@@ -9,21 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as torch_mp
 
-from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load_config, load_user_config
 from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.run_folder import LIVE_CONFIG, RunLock, StopSignals, install_live_config, move_run_aside, validate_run_name
+from trackmania_rl.learner.sources import Pacing, SourceContext, build_sources, remote_source_names
 from trackmania_rl.monitoring.status_line import StatusLine
 from trackmania_rl.monitoring.tensorboard import RunLogger
-from trackmania_rl.rollouts.local.collector import collector_main
-from trackmania_rl.rollouts.local.pool import CollectorPool
-from trackmania_rl.rollouts.local.shared_network import SharedNetwork
-from trackmania_rl.rollouts.local.source import LocalCollectorSource
+from trackmania_rl.rollouts.source import RolloutSource
 
 AGGREGATE_LOG_PERIOD_S = 30.0
 
@@ -36,7 +32,11 @@ class TrainOptions:
     config: Path = CONFIG_DIR / "config.py"  # copied to save/<run>/config_live.py when the run starts
     save_dir: Path | None = None
     tensorboard_dir: Path | None = None
-    collectors: int | None = None  # overrides collectors_count
+    collectors: int | None = None  # overrides collectors_count (0: no local collector, another source plays)
+    ray: str | None = None  # overrides ray_address: "auto" (a local cluster on loopback) or a running cluster's address
+    ray_actors: int | None = None  # overrides ray_actors
+    listen: str | None = None  # overrides http_listen: HOST:PORT of the HTTP endpoint for external game clients
+    new_token: bool = False  # replace the run's HTTP token
     status_line: bool = True
 
 
@@ -137,12 +137,11 @@ class _Run:
     """What run_training has built so far, so that stopping at any stage cleans up exactly that."""
 
     lock: RunLock | None = None
-    source: LocalCollectorSource | None = None
+    source: RolloutSource | None = None
     learner: Learner | None = None
     logger: RunLogger | None = None
     saves: PeriodicSaves | None = None
     live: LiveConfig | None = None
-    frames_played = None  # multiprocessing Value shared with the collectors
     no_source_left: bool = False  # the run stopped because no collector was left: it exits 1 after its save
 
 
@@ -190,36 +189,26 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     except ValueError as e:
         raise ConfigError(f"config_files/user_config.py: {e}") from None
     layout = float_layout_for(cfg, user.game_backend)
-    collectors_count = options.collectors or cfg.collectors_count
-    log(f"run {options.run_name}: device {device}, {collectors_count} collector(s), game {user.game_backend}, saves in {run_dir}")
+    collectors_count = options.collectors if options.collectors is not None else cfg.collectors_count
+    context = SourceContext(options, live, live_path, user.game_backend, layout, run_dir, log)
+    run.source = source = build_sources(context, collectors_count)  # nothing started yet
+    sources = " + ".join(([f"{collectors_count} local collector(s)"] if collectors_count else []) + remote_source_names(options, cfg))
+    log(f"run {options.run_name}: device {device}, {sources}, game {user.game_backend}, saves in {run_dir}")
 
     # One torch thread per core left over by the collectors: oversubscribed cores make train steps
     # tens of times slower (measured: 8 ms -> 450 ms p90 for a tiny step with 2 threads beside a collector).
     torch.set_num_threads(max(1, (os.cpu_count() or 1) - collectors_count))
-    ctx = torch_mp.get_context("spawn")
-    shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs), "cpu"), ctx)
     run.logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
-    frames_played = ctx.Value("q", 0, lock=False)  # the learner's count, read by collectors for their schedules
-    pause_event = ctx.Event()
-    pool = CollectorPool(
-        ctx,
-        collector_main,
-        args=(str(live_path), user.game_backend, collectors_count, shared, frames_played, pause_event),
-        count=collectors_count,
-        queue_size=cfg.max_rollout_queue_size,
-        log=log,
-    )
-    source = LocalCollectorSource(pool, shared, pause_event, stall_timeout_s=lambda: live.current.collector_stall_timeout_s)
     run.learner = Learner(live, layout, device, run_dir, source=source, logger=run.logger, log=log, resume=True)
-    run.live, run.frames_played = live, frames_played
-    frames_played.value = run.learner.stats.frames_played
-    run.source = source
+    run.live = live
+    source.learner_progress(run.learner.stats.frames_played, run.learner.stats.batches_done)
     signals.defer()  # a signal while collectors spawn is noted, and acted on right after (start_loop)
     source.start()
 
 
 def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
-    learner, source, live, frames_played = run.learner, run.source, run.live, run.frames_played
+    learner, source, live = run.learner, run.source, run.live
+    pacing = Pacing(source, log)
     status = StatusLine(enabled=options.status_line)
     run.saves = saves = PeriodicSaves(log)
     deadline = time.perf_counter() + 60 * options.max_minutes if options.max_minutes else None
@@ -235,14 +224,16 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
             learner.note_waiting(time.perf_counter() - wait_start)
             if envelope is not None:
                 learner.ingest_envelope(envelope)
-                frames_played.value = learner.stats.frames_played
             learner.train(max_seconds=0.5)
+            source.learner_progress(learner.stats.frames_played, learner.stats.batches_done)
+            pacing.update(learner.training_backlog_batches(), live.current.max_training_backlog_batches)
             health = source.health()
             learner.stats.collector_restarts += len(health.replaced)
-            if health.active == 0:  # every producer was given up after repeated failures: nothing will come
+            if health.exhausted:  # every producer was given up after repeated failures: nothing will come
                 run.no_source_left = True
                 return "no rollout source left (every collector failed repeatedly; see the lines above)"
             if time.perf_counter() - last_aggregate >= AGGREGATE_LOG_PERIOD_S:
+                learner.note_sources_paused(pacing.take_paused_seconds())
                 learner.log_aggregates()
                 last_aggregate = time.perf_counter()
             if saves.due(learner):

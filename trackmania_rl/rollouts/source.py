@@ -22,6 +22,9 @@ class SourceHealth:
     replaced: list = field(default_factory=list)  # producers restarted or forgotten by this check
     paused: bool = False
     active: int | None = None  # producers still served (not given up after repeated failures); None: producers
+    # True when nothing will ever come from this source again (every collector given up); a source that waits
+    # for producers to arrive (HTTP clients) is never exhausted, even with none connected
+    exhausted: bool = False
 
     def __post_init__(self):
         if self.active is None:
@@ -63,6 +66,11 @@ class RolloutSource(abc.ABC):
     @abc.abstractmethod
     def stop(self) -> None:
         """Stop every producer and release the channel; returns in bounded time."""
+
+    def learner_progress(self, frames_played: int, batches_done: int) -> None:
+        """The learner's counters, given after every ingest and train chunk: producers read frames_played for
+        their exploration schedules; a source may report them (HTTP status)."""
+        return None  # a source whose producers need neither
 
     def summary(self) -> list[str]:
         """Lines for the end-of-run log (races per producer, restarts)."""
@@ -122,7 +130,12 @@ class CombinedSources(RolloutSource):
             replaced=[f"{r.source}:{p}" for r in reports for p in r.replaced],
             paused=all(r.paused for r in reports),
             active=sum(r.active for r in reports),
+            exhausted=all(r.exhausted for r in reports),
         )
+
+    def learner_progress(self, frames_played: int, batches_done: int) -> None:
+        for source in self.sources:
+            source.learner_progress(frames_played, batches_done)
 
     def stop(self) -> None:
         for source in self.sources:

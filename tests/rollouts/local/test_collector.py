@@ -26,7 +26,7 @@ def test_paused_collector_plays_no_race_and_resumes_with_versioned_envelopes(tmp
     pause_event, frames_played = ctx.Event(), ctx.Value("q", 0, lock=False)
     args = (str(config_path), "carracing", 1, shared, frames_played, pause_event)
     pool = CollectorPool(ctx, collector_main, args=args, count=1, queue_size=1, log=lambda m: None)
-    source = LocalCollectorSource(pool, shared, pause_event, stall_timeout_s=lambda: 60.0)
+    source = LocalCollectorSource(pool, shared, pause_event, frames_played, stall_timeout_s=lambda: 60.0)
     source.publish(5, make_network(cfg, layout, len(cfg.inputs)).state_dict())
     source.pause()
     source.start()

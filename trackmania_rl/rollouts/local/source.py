@@ -15,14 +15,18 @@ from trackmania_rl.rollouts.source import RolloutSource, SourceHealth
 
 
 class LocalCollectorSource(RolloutSource):
-    """`pool` runs the collector processes; `pause_event` (an mp Event) is the one its collectors were given."""
+    """`pool` runs the collector processes; `pause_event` (an mp Event) and `frames_played` (an mp Value) are
+    the ones its collectors were given."""
 
     name = SOURCE_NAME
 
-    def __init__(self, pool: CollectorPool, shared_network: SharedNetwork, pause_event, stall_timeout_s: Callable[[], float]):
+    def __init__(
+        self, pool: CollectorPool, shared_network: SharedNetwork, pause_event, frames_played, stall_timeout_s: Callable[[], float]
+    ):
         self.pool = pool
         self.shared_network = shared_network
         self.pause_event = pause_event
+        self.frames_played = frames_played
         self.stall_timeout_s = stall_timeout_s  # read at every check: a live config may change it
 
     def start(self) -> None:
@@ -47,7 +51,11 @@ class LocalCollectorSource(RolloutSource):
     def health(self) -> SourceHealth:
         replaced = self.pool.check(self.stall_timeout_s())
         alive = sum(1 for slot in self.pool.slots if slot.process is not None and slot.process.is_alive())
-        return SourceHealth(self.name, len(self.pool.slots), alive, replaced, self.pause_event.is_set(), self.pool.active_count())
+        active = self.pool.active_count()
+        return SourceHealth(self.name, len(self.pool.slots), alive, replaced, self.pause_event.is_set(), active, exhausted=active == 0)
+
+    def learner_progress(self, frames_played: int, batches_done: int) -> None:
+        self.frames_played.value = frames_played
 
     def stop(self) -> None:
         self.pool.stop()

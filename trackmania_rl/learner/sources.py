@@ -1,0 +1,146 @@
+"""Which rollout sources a run uses (DESIGN §2, §7), and the pacing that holds them back when the learner lags.
+
+The local collector processes are built here; a Ray cluster (`ray_address`, `--ray`) and an HTTP endpoint
+(`http_listen`, `--listen`) are optional installs, imported only when configured, so the default install
+never loads them. Several sources are combined into one (rollouts/source.py: CombinedSources).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch.multiprocessing as torch_mp
+
+from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.config.live import LiveConfig
+from trackmania_rl.config.loader import ConfigError
+from trackmania_rl.rollouts.local.collector import collector_main
+from trackmania_rl.rollouts.local.pool import CollectorPool
+from trackmania_rl.rollouts.local.shared_network import SharedNetwork
+from trackmania_rl.rollouts.local.source import LocalCollectorSource
+from trackmania_rl.rollouts.source import CombinedSources, RolloutSource
+
+
+@dataclass
+class SourceContext:
+    """What a source needs from the run: the options (train.py's arguments), the run's live config and its file
+    (the settings collectors play with), the game, the float layout, the run folder and the learner's log."""
+
+    options: object  # learner.train_loop.TrainOptions
+    live: LiveConfig
+    live_path: Path
+    game_backend: str
+    layout: object
+    run_dir: Path
+    log: Callable[[str], None]
+
+    def setting(self, option: str, setting: str):
+        """A command-line override if given, else the config value."""
+        value = getattr(self.options, option, None)
+        return value if value is not None else getattr(self.live.current, setting)
+
+
+def ray_address(options, cfg) -> str | None:
+    return options.ray if getattr(options, "ray", None) is not None else cfg.ray_address
+
+
+def http_listen(options, cfg) -> str | None:
+    return options.listen if getattr(options, "listen", None) is not None else cfg.http_listen
+
+
+def remote_source_names(options, cfg) -> list[str]:
+    """The remote sources this run is configured with, as words for the start-up log line."""
+    names = []
+    if ray_address(options, cfg) is not None:
+        actors = options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
+        names.append(f"{actors} Ray actor(s) on {ray_address(options, cfg)}")
+    if http_listen(options, cfg) is not None:
+        names.append(f"HTTP clients on {http_listen(options, cfg)}")
+    return names
+
+
+def _missing_extra(extra: str, error: ImportError) -> ConfigError:
+    return ConfigError(f'this run needs the optional "{extra}" install ({error}); install it with: pip install -e ".[{extra}]"')
+
+
+def build_sources(context: SourceContext, collectors_count: int) -> RolloutSource:
+    """The run's rollout source: the local collectors (if any), then the remote sources configured, as one."""
+    sources: list[RolloutSource] = []
+    if collectors_count > 0:
+        sources.append(local_source(context, collectors_count))
+    cfg, options = context.live.current, context.options
+    if ray_address(options, cfg) is not None:
+        try:
+            from trackmania_rl.rollouts.ray.source import make_ray_source
+        except ImportError as e:
+            raise _missing_extra("ray", e) from None
+        sources.append(make_ray_source(context))
+    if http_listen(options, cfg) is not None:
+        try:
+            from trackmania_rl.rollouts.http.source import make_http_source
+        except ImportError as e:
+            raise _missing_extra("http", e) from None
+        sources.append(make_http_source(context))
+    if not sources:
+        raise ConfigError("no rollout source: collectors_count is 0 and neither ray_address (--ray) nor http_listen (--listen) is set")
+    return sources[0] if len(sources) == 1 else CombinedSources(sources)
+
+
+def local_source(context: SourceContext, collectors_count: int) -> LocalCollectorSource:
+    """`collectors_count` collector processes sharing one lock-guarded network, not started."""
+    cfg = context.live.current
+    ctx = torch_mp.get_context("spawn")
+    shared = SharedNetwork(make_network(cfg, context.layout, len(cfg.inputs), "cpu"), ctx)
+    frames_played = ctx.Value("q", 0, lock=False)  # the learner's count, read by collectors for their schedules
+    pause_event = ctx.Event()
+    pool = CollectorPool(
+        ctx,
+        collector_main,
+        args=(str(context.live_path), context.game_backend, collectors_count, shared, frames_played, pause_event),
+        count=collectors_count,
+        queue_size=cfg.max_rollout_queue_size,
+        log=context.log,
+    )
+    live = context.live
+    return LocalCollectorSource(pool, shared, pause_event, frames_played, stall_timeout_s=lambda: live.current.collector_stall_timeout_s)
+
+
+class Pacing:
+    """Pauses the sources while the learner owes more than `limit` batches to its replay ratio and resumes them at
+    half of it (hysteresis: no pause/resume flapping at every race). Counts the seconds spent paused."""
+
+    def __init__(self, source: RolloutSource, log: Callable[[str], None]):
+        self.source = source
+        self.log = log
+        self.paused_since: float | None = None
+        self.paused_seconds = 0.0  # since the last `take_paused_seconds`
+        self.pauses = 0
+
+    def update(self, backlog_batches: float, limit: int) -> None:
+        now = time.perf_counter()
+        if self.paused_since is None and backlog_batches > limit:
+            self.source.pause()
+            self.paused_since = now
+            self.pauses += 1
+            if self.pauses == 1:
+                self.log(
+                    f"the learner owes {backlog_batches:.0f} batches (> max_training_backlog_batches {limit}): "
+                    "sources paused until it catches up (logged once; see pipeline/sources_paused_percent)"
+                )
+        elif self.paused_since is not None and backlog_batches <= limit / 2:
+            self.source.resume()
+            self.paused_seconds += now - self.paused_since
+            self.paused_since = None
+
+    def take_paused_seconds(self) -> float:
+        """Seconds paused since the previous call (the current pause counted up to now)."""
+        now = time.perf_counter()
+        seconds = self.paused_seconds
+        if self.paused_since is not None:
+            seconds += now - self.paused_since
+            self.paused_since = now
+        self.paused_seconds = 0.0
+        return seconds
