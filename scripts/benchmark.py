@@ -1,6 +1,7 @@
 """Measure the figures of DESIGN §5. Prints one JSON object per line: {"figure", "value", "unit", ...}.
 
     python scripts/benchmark.py game|learner|pipeline|all
+    python scripts/benchmark.py ray|http     # the optional sources (pip install -e ".[ray]" / ".[http]"); not in `all`
 Each suite lives in trackmania_rl/benchmarks/<suite>.py as `run(args) -> iterator of figure dicts`.
 """
 
@@ -9,11 +10,12 @@ import importlib
 import json
 
 SUITES = ("game", "learner", "pipeline")
+OPTIONAL_SUITES = ("ray", "http")  # each needs its extra installed
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", choices=SUITES + ("all",))
+    parser.add_argument("suite", choices=SUITES + OPTIONAL_SUITES + ("all",))
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, figures are noisier)")
     args = parser.parse_args(argv)
     suites = SUITES if args.suite == "all" else (args.suite,)

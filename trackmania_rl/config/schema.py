@@ -190,7 +190,9 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     # ---- remote rollout sources (rollouts/ray, rollouts/http): off unless set, each an optional install
     "ray_address": (_optional_text, 'None, "auto" (a local cluster on loopback) or a Ray cluster address', True),
     "ray_actors": (_non_negative_int, "an integer >= 0 (collector actors on the Ray cluster)", True),
+    # ---- more Ray source settings (rollouts/ray) here
     "http_listen": (_optional_text, 'None or "HOST:PORT" (the HTTP endpoint for external game clients)', True),
+    # ---- more HTTP source settings (rollouts/http) here
 }
 
 # settings that a live config edit cannot change (network shape, buffer layout, processes): a restart applies them
@@ -204,5 +206,7 @@ ADDED_LATER = {
     "max_training_backlog_batches": 400,
     "ray_address": None,
     "ray_actors": 0,
+    # ---- Ray source settings added later
     "http_listen": None,
+    # ---- HTTP source settings added later
 }

@@ -20,12 +20,8 @@ import numpy as np
 import torch
 
 from trackmania_rl.agents.acting import use_acting_torch_settings
-from trackmania_rl.agents.policy import CollectorPolicy
 from trackmania_rl.config.live import LiveConfig, last_good_path_for
-from trackmania_rl.games import make_game_instance
-from trackmania_rl.games.base import GameCrashed
-from trackmania_rl.games.map_cycle import MapCycle
-from trackmania_rl.rollouts.contract import POLICY_VERSION
+from trackmania_rl.rollouts.race import RacePlayer
 
 COLLECTOR_SEED_BASE = 1_000
 SOURCE_NAME = "local"  # meta["source"] of every race a collector process plays
@@ -69,70 +65,38 @@ def collector_main(
     # A restart while the run's config file is broken starts from the last text that loaded (kept beside
     # the file by every collector): no crash loop, and the learner keeps its previous config too (DESIGN §6).
     live = LiveConfig(config_path, game_backend=game_backend, log=log, last_good_path=last_good_path_for(config_path))
-    cfg = live.current
-    game = make_game_instance(cfg, game_backend)
-    policy = CollectorPolicy(cfg, game.float_layout, len(cfg.inputs), shared_network)
-    cycle = MapCycle(cfg.map_cycle, collector_index=index, collectors_count=collectors_count)
-    loop_number = 0
-    last_put_time = time.perf_counter()
-    log(f"ready: {type(game).__name__}, policy version {policy.version}, jit {cfg.use_jit}")
+    player = RacePlayer(live.current, game_backend, shared_network, index, collectors_count, SOURCE_NAME, log)
+    log(f"ready: {type(player.game).__name__}, policy version {player.policy.version}, jit {live.current.use_jit}")
+
+    def beat() -> None:
+        heartbeat.value = time.time()
 
     try:
         while not stop_event.is_set() and _parent_alive():
-            heartbeat.value = time.time()
+            beat()
             if pause_event.is_set():  # paced by the learner: alive, but no new race
                 time.sleep(0.05)
                 continue
             if live.reload():
-                cfg = live.current
-                game.update_config(cfg)  # cut-offs and other live game settings
-                cycle.set_cycle(cfg.map_cycle)
-            map_spec = next(cycle)
-            loop_number += 1
-            policy.start_race(cfg, frames_played.value, explore=map_spec.is_explo)
-
-            def acting_policy(frame, state_float):
-                heartbeat.value = time.time()
-                return policy(frame, state_float)
-
-            start = time.perf_counter()
-            try:
-                zone_centers = game.zone_centers_for(map_spec)  # cached by the game per seed
-                rollout_results, end_race_stats = game.rollout(acting_policy, map_spec, zone_centers, policy.update_network)
-            except GameCrashed as e:
-                log(f"race on {map_spec.name} seed {map_spec.seed} crashed and is dropped: {e}")
+                player.update_config(live.current)
+            envelope = player.play(frames_played.value, on_action=beat)
+            if envelope is None:  # the game crashed: logged, the race dropped
                 continue
-            rollout_duration = time.perf_counter() - start
-            rollout_results[POLICY_VERSION] = list(policy.versions_used)
-            meta = {
-                "source": SOURCE_NAME,
-                "collector": index,
-                "loop_number": loop_number,
-                "map_name": map_spec.name,
-                "seed": map_spec.seed,
-                "map_status": cycle.status(map_spec.name),
-                "is_explo": map_spec.is_explo,
-                "fill_buffer": map_spec.fill_buffer,
-                "rollout_duration_s": rollout_duration,
-                "worker_time_in_rollout_fraction": rollout_duration / max(1e-9, time.perf_counter() - last_put_time),
-                "epsilon": policy.epsilon,
-                "epsilon_boltzmann": policy.epsilon_boltzmann,
-                "put_time": time.time(),
-            }
+            envelope.meta["put_time"] = time.time()
             # A bounded queue: wait for the learner, but keep showing signs of life and honour stop requests.
             while True:
                 try:
-                    rollout_queue.put((rollout_results, end_race_stats, meta), timeout=0.5)
+                    rollout_queue.put(tuple(envelope), timeout=0.5)
                     break
                 except queue.Full:
-                    heartbeat.value = time.time()
+                    beat()
                     if stop_event.is_set() or not _parent_alive():
                         return
-            last_put_time = time.perf_counter()
+            player.handed_off()
     except Exception:
         log("stopped by an error:\n" + traceback.format_exc())
         raise
     finally:
         # A rollout still in the queue's pipe must not hold the exit: nobody may read it any more.
         rollout_queue.cancel_join_thread()
-        game.close()
+        player.close()
