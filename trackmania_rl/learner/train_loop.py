@@ -235,6 +235,9 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
             if time.perf_counter() - last_aggregate >= AGGREGATE_LOG_PERIOD_S:
                 learner.note_sources_paused(pacing.take_paused_seconds())
                 learner.log_aggregates()
+                figures = source.scalars()
+                if figures and run.logger is not None:
+                    run.logger.scalars("sources", figures, learner.stats.frames_played)
                 last_aggregate = time.perf_counter()
             if saves.due(learner):
                 status.clear()

@@ -72,6 +72,11 @@ class RolloutSource(abc.ABC):
         their exploration schedules; a source may report them (HTTP status)."""
         return None  # a source whose producers need neither
 
+    def scalars(self) -> dict[str, float]:
+        """The source's own figures since the previous call (per-producer timings, queue sizes, races refused),
+        logged to TensorBoard as `sources/<name>` every aggregate window. Names are prefixed by the source."""
+        return {}
+
     def summary(self) -> list[str]:
         """Lines for the end-of-run log (races per producer, restarts)."""
         return []
@@ -140,6 +145,9 @@ class CombinedSources(RolloutSource):
     def stop(self) -> None:
         for source in self.sources:
             source.stop()
+
+    def scalars(self) -> dict[str, float]:
+        return {name: value for source in self.sources for name, value in source.scalars().items()}
 
     def summary(self) -> list[str]:
         return [line for source in self.sources for line in source.summary()]
