@@ -277,3 +277,19 @@ def test_the_best_model_folder_follows_the_blind_track_score(tmp_path):
     assert (best / WEIGHTS_ONLINE).read_bytes() != first_weights
     assert resolve_checkpoint(run=best).config == best / SETTINGS  # a model folder evaluation can use as it is
     assert any("best model so far" in m for m in messages)
+
+
+def test_training_backlog_counts_only_once_learning_can_start(tmp_path):
+    """Pacing reads the backlog: before the buffer holds `start_learn` transitions it must be 0, or paused sources
+    would never fill the buffer; after, it is the replay-ratio credit in batches."""
+    learner, _ = _learner(tmp_path)
+    learner.ingest(*_race(learner, 30), META)  # 29 transitions, fewer than start_learn (50)
+    assert len(learner.buffer) + len(learner.buffer_test) < 50
+    assert learner.stats.single_memories_should_have_been_used > 0
+    assert learner.training_backlog_batches() == 0.0
+    learner.ingest(*_race(learner, 60, seed=1), META)
+    assert len(learner.buffer) >= 50
+    credit = learner.stats.single_memories_should_have_been_used - learner.stats.single_memories_used
+    assert learner.training_backlog_batches() == pytest.approx(credit / learner.cfg.batch_size)
+    learner.train(max_seconds=30.0)  # trains until the credit is spent
+    assert learner.training_backlog_batches() < 1.0
