@@ -120,6 +120,9 @@ map_cycle = [("train", range(1_000, 100_000), True, True)] * 4 + [
 # ---------------------------------------------------------------------------------------------------
 # Processes and bookkeeping
 # ---------------------------------------------------------------------------------------------------
+# The run's seed: the learner's sampling and initial weights, the collectors' exploration and the order of the
+# tracks of each range in map_cycle. `--seed N` sets it for a new run; two seeds make two independent runs.
+seed = 0  # [restart]
 collectors_count = 1  # [restart] local collector processes (0: only a remote source plays)
 max_rollout_queue_size = 1  # [restart]
 update_inference_network_every_n_actions = 20

@@ -3,6 +3,7 @@
     python scripts/train.py                      # resumes save/<run_name>/ if it exists
     python scripts/train.py --fresh              # start over (the previous run is moved aside, not deleted)
     python scripts/train.py --max-minutes 60     # train for an hour, save, exit 0
+    python scripts/train.py --seed 2 --run-name seed2   # an independent run (learner, collectors, track order)
     python scripts/train.py --ray auto --ray-actors 4           # collector actors on a Ray cluster (pip install -e ".[ray]")
     python scripts/train.py --listen 127.0.0.1:8642 --collectors 0   # external game clients over HTTP (pip install -e ".[http]")
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from trackmania_rl.learner.run_folder import RUN_NAME_MAX_LENGTH, RunFolderError, StopSignals, validate_run_name
 
 MAX_COLLECTORS_PER_CPU = 4
+MAX_SEED = 2**31 - 1
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Arguments:
     ray_actors: int | None = None
     listen: str | None = None
     new_token: bool = False
+    seed: int | None = None
 
 
 def max_collectors() -> int:
@@ -69,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ray-actors", type=int, default=None, help="overrides ray_actors: collector actors on the Ray cluster")
     parser.add_argument("--listen", default=None, metavar="HOST:PORT", help="overrides http_listen: serve external game clients")
     parser.add_argument("--new-token", action="store_true", help="replace the run's HTTP bearer token (save/<run>/http_token)")
+    parser.add_argument("--seed", type=int, default=None, help=f"the run's seed (0 to {MAX_SEED}): learner, collectors, track order")
     parser.add_argument("--no-status-line", action="store_true")
     return parser
 
@@ -89,6 +93,8 @@ def parse_args(argv=None) -> Arguments:
                 f"--collectors {a.collectors}: at most {max_collectors()} ({MAX_COLLECTORS_PER_CPU} per CPU core, "
                 f"{os.cpu_count() or 1} core(s) here)"
             )
+    if a.seed is not None and not 0 <= a.seed <= MAX_SEED:
+        parser.error(f"--seed {a.seed}: must be from 0 to {MAX_SEED}")
     if a.ray_actors is not None and a.ray_actors < 0:
         parser.error(f"--ray-actors {a.ray_actors}: must be 0 or more")
     if a.ray is not None and not a.ray.strip():
@@ -114,6 +120,7 @@ def parse_args(argv=None) -> Arguments:
         ray_actors=a.ray_actors,
         listen=a.listen,
         new_token=a.new_token,
+        seed=a.seed,
     )
 
 

@@ -33,6 +33,8 @@ def _train(tmp_path, *args):
         (["--listen", "localhost"], "--listen localhost: give HOST:PORT with a port from 1 to 65535"),
         (["--listen", "127.0.0.1:70000"], "--listen 127.0.0.1:70000: give HOST:PORT"),
         (["--ray-actors", "-2"], "--ray-actors -2: must be 0 or more"),
+        (["--seed", "-1"], "--seed -1: must be from 0 to"),
+        (["--seed", str(2**31)], f"--seed {2**31}: must be from 0 to"),
         (["--collectors", str(4 * CORES + 1)], f"--collectors {4 * CORES + 1}: at most {4 * CORES}"),
         (["--collectors", "1e9"], "--collectors"),
         (["--max-minutes", "nan"], "--max-minutes nan"),

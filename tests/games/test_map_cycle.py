@@ -31,3 +31,16 @@ def test_edited_cycle_restarts_from_its_beginning():
     next(cycle)
     cycle.set_cycle([("c", 3, True, True), ("d", 4, True, True)])
     assert next(cycle).name == "c"
+
+
+def test_the_run_seed_reorders_a_range_and_keeps_collectors_disjoint():
+    cycle = [("train", range(1_000, 1_100), True, True)]
+    default = [s.seed for s in islice(MapCycle(cycle), 100)]
+    assert default == list(range(1_000, 1_100))
+    seeded = [s.seed for s in islice(MapCycle(cycle, seed=7), 100)]
+    other = [s.seed for s in islice(MapCycle(cycle, seed=8), 100)]
+    assert sorted(seeded) == default and sorted(other) == default  # every track once per pass, none outside the range
+    assert seeded != default and seeded != other
+    assert seeded == [s.seed for s in islice(MapCycle(cycle, seed=7), 100)]  # the same seed, the same order
+    halves = [[s.seed for s in islice(MapCycle(cycle, index, 2, seed=7), 50)] for index in (0, 1)]
+    assert set(halves[0]).isdisjoint(halves[1]) and sorted(halves[0] + halves[1]) == default

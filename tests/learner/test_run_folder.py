@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -137,3 +139,20 @@ def test_a_failed_final_save_is_one_line_and_exit_1(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: the final checkpoint save failed") and "Permission denied" in err
     assert train_loop.final_save(FakeLearner([])) == 0
+
+
+def test_seed_is_written_into_a_new_runs_live_config_and_a_resume_must_match_it(tmp_path):
+    from tests.faults.helpers import TRAIN
+    from trackmania_rl.config.loader import load_config, load_user_config
+
+    options = train_loop.TrainOptions(run_name="seeded", save_dir=tmp_path / "save", tensorboard_dir=tmp_path / "tb", seed=5)
+    lock, run_dir, _, live_path = train_loop.open_run(options, load_user_config())
+    lock.release()
+    assert load_config(live_path).seed == 5
+    # resuming it with another seed is refused before anything starts, naming both seeds; nothing is changed
+    before = live_path.read_text()
+    args = ["--run-name", "seeded", "--save-dir", str(tmp_path / "save"), "--tensorboard-dir", str(tmp_path / "tb"), "--seed", "6"]
+    result = subprocess.run([sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "was started with seed 5" in result.stderr and "--seed 6 cannot change it" in result.stderr
+    assert live_path.read_text() == before and not (run_dir / "checkpoints").exists()

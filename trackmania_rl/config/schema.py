@@ -178,6 +178,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
         "a non-empty list of (name, seed or range of seeds >= 0, is_explo bool, fill_buffer bool)",
         False,
     ),
+    "seed": (_non_negative_int, "an integer >= 0 (the run's seed: learner, collectors, track order; --seed)", True),
     "collectors_count": (_non_negative_int, "an integer >= 0 (0: no local collector, another rollout source plays)", True),
     "max_rollout_queue_size": (_positive_int, "a positive integer", True),
     "update_inference_network_every_n_actions": (_positive_int, "a positive integer", False),
@@ -204,6 +205,7 @@ ADDED_LATER = {
     "max_policy_lag": 100_000,
     "checkpoints_kept": 2,
     "max_training_backlog_batches": 400,
+    "seed": 0,
     "ray_address": None,
     "ray_actors": 0,
     # ---- Ray source settings added later

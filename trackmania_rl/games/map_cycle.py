@@ -3,9 +3,15 @@
 A map whose entries fill the buffer somewhere in the cycle is "trained"; every other map is "blind"
 (an evaluation track the learner never stores). An entry with a range of seeds hands out its seeds in
 turn, so explo runs see a new track each time; several collectors start at different points of a range.
+The run's `seed` shuffles the order in which a range's seeds come (seed 0: in increasing order), so two runs
+with different seeds train on different track sequences.
 """
 
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 from trackmania_rl.games.base import MapSpec
 
@@ -16,16 +22,30 @@ def trained_and_blind_maps(map_cycle) -> tuple[set, set]:
     return trained, blind
 
 
+def shuffled_position(position: int, n: int, seed: int) -> int:
+    """A permutation of range(n) chosen by `seed` (identity for seed 0): position -> (a * position + b) mod n with
+    a coprime to n, a bijection that needs no table (ranges hold up to ~10^5 seeds)."""
+    if seed == 0 or n == 1:
+        return position
+    rng = np.random.default_rng(seed)
+    a = int(rng.integers(1, n))
+    while math.gcd(a, n) != 1:
+        a = a % (n - 1) + 1
+    b = int(rng.integers(0, n))
+    return (a * position + b) % n
+
+
 class MapCycle:
     """Endless iterator of MapSpec over a config's `map_cycle`.
 
     `collector_index`/`collectors_count` spread the seeds of ranges between collectors so that two
-    collectors do not play the same tracks in lockstep.
+    collectors do not play the same tracks in lockstep; `seed` (the run's) picks the order.
     """
 
-    def __init__(self, map_cycle, collector_index: int = 0, collectors_count: int = 1):
+    def __init__(self, map_cycle, collector_index: int = 0, collectors_count: int = 1, seed: int = 0):
         self.collector_index = collector_index
         self.collectors_count = max(1, collectors_count)
+        self.seed = seed
         self._position = 0
         self._next_seed_index: dict = {}
         self.set_cycle(map_cycle)
@@ -48,7 +68,8 @@ class MapCycle:
             key = (seeds.start, seeds.stop, seeds.step)
             i = self._next_seed_index.get(key, 0)
             self._next_seed_index[key] = i + 1
-            return seeds[(self.collector_index + i * self.collectors_count) % len(seeds)]
+            position = (self.collector_index + i * self.collectors_count) % len(seeds)
+            return seeds[shuffled_position(position, len(seeds), self.seed)]
         return int(seeds)
 
     def __iter__(self):

@@ -40,11 +40,12 @@ from trackmania_rl.replay.experience import fill_buffers
 from trackmania_rl.replay.storage import InvalidBufferFile
 from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, validate_envelope
 
+LEARNER_SEED_BASE = 444
 TRAINING_WINDOW_KEYS = ("loss", "loss_test", "grad_norm", "q_mean")
 
 
 class Learner:
-    def __init__(self, live_config, layout, device, run_dir: Path, source=None, logger=None, log=print, resume=True, seed=444):
+    def __init__(self, live_config, layout, device, run_dir: Path, source=None, logger=None, log=print, resume=True):
         self.live = live_config
         self.cfg = live_config.current
         self.layout = layout
@@ -53,6 +54,7 @@ class Learner:
         self.source = source  # a RolloutSource: where the published weights go (None: nowhere, for tests and tools)
         self.logger = logger
         self.log = log
+        seed = LEARNER_SEED_BASE + self.cfg.seed  # replay sampling and the initial weights
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.n_actions = len(self.cfg.inputs)

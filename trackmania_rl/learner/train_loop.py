@@ -37,6 +37,7 @@ class TrainOptions:
     ray_actors: int | None = None  # overrides ray_actors
     listen: str | None = None  # overrides http_listen: HOST:PORT of the HTTP endpoint for external game clients
     new_token: bool = False  # replace the run's HTTP token
+    seed: int | None = None  # the run's seed, written into a new run's live config; a resumed run must match it
     status_line: bool = True
 
 
@@ -70,6 +71,8 @@ def open_run(options: TrainOptions, user) -> tuple[RunLock, Path, Path, Path]:
             config_path = _resolve(options.config, None)
             load_config(config_path, game_backend=user.game_backend)  # refuse a bad config before anything moves
             config_text = config_path.read_text()
+            if options.seed is not None:  # the live config records it: a resume keeps it, settings.json shows it
+                config_text += f"\nseed = {options.seed}  # [restart] set by --seed when the run started\n"
         if options.fresh:
             move_run_aside(run_dir, tb_run_dir, log=log)
         live_path, created = install_live_config(run_dir, config_text)
@@ -184,6 +187,11 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     run.lock, run_dir, tb_run_dir, live_path = open_run(options, user)
     live = LiveConfig(live_path, game_backend=user.game_backend, log=log)
     cfg = live.current
+    if options.seed is not None and options.seed != cfg.seed:
+        raise ConfigError(
+            f"run {options.run_name} was started with seed {cfg.seed} ({live_path}); --seed {options.seed} cannot change it. "
+            "Resume without --seed, or start another run (--run-name) or over (--fresh)"
+        )
     try:
         device = choose_device(user.device)
     except ValueError as e:

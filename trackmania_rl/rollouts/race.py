@@ -18,6 +18,11 @@ from trackmania_rl.games.map_cycle import MapCycle
 from trackmania_rl.rollouts.contract import POLICY_VERSION, Envelope
 
 
+def producer_seed(run_seed: int, index: int) -> int:
+    """The random seed of producer `index` (collector, actor, client) of a run: distinct per producer and per run."""
+    return 1_000 + index + 100_003 * run_seed
+
+
 class RacePlayer:
     """`index` of `producers_count` picks this player's share of the map cycle; `source_name` goes in every
     envelope's meta['source']."""
@@ -29,7 +34,7 @@ class RacePlayer:
         self.log = log
         self.game = make_game_instance(cfg, game_backend)
         self.policy = CollectorPolicy(cfg, self.game.float_layout, len(cfg.inputs), weights)
-        self.cycle = MapCycle(cfg.map_cycle, collector_index=index, collectors_count=producers_count)
+        self.cycle = MapCycle(cfg.map_cycle, collector_index=index, collectors_count=producers_count, seed=cfg.seed)
         self.races_played = 0
         self.last_handoff = time.perf_counter()  # when the previous race was handed on (queue, object store, HTTP)
 

@@ -21,9 +21,8 @@ import torch
 
 from trackmania_rl.agents.acting import use_acting_torch_settings
 from trackmania_rl.config.live import LiveConfig, last_good_path_for
-from trackmania_rl.rollouts.race import RacePlayer
+from trackmania_rl.rollouts.race import RacePlayer, producer_seed
 
-COLLECTOR_SEED_BASE = 1_000
 SOURCE_NAME = "local"  # meta["source"] of every race a collector process plays
 
 
@@ -54,10 +53,6 @@ def collector_main(
     if not _parent_alive():  # the learner died before the death signal was armed
         return
     use_acting_torch_settings()  # one thread, batch-1 convolutions without oneDNN (faster; this process only)
-    seed = COLLECTOR_SEED_BASE + index
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
     def log(message: str) -> None:
         print(f"[collector {index}] {message}", flush=True)
@@ -65,6 +60,10 @@ def collector_main(
     # A restart while the run's config file is broken starts from the last text that loaded (kept beside
     # the file by every collector): no crash loop, and the learner keeps its previous config too (DESIGN §6).
     live = LiveConfig(config_path, game_backend=game_backend, log=log, last_good_path=last_good_path_for(config_path))
+    seed = producer_seed(live.current.seed, index)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
     player = RacePlayer(live.current, game_backend, shared_network, index, collectors_count, SOURCE_NAME, log)
     log(f"ready: {type(player.game).__name__}, policy version {player.policy.version}, jit {live.current.use_jit}")
 
