@@ -90,6 +90,10 @@ use_ddqn = False  # (live) next action chosen by the online network instead of t
 # Optimisation
 # ---------------------------------------------------------------------------------------------------
 batch_size = 128  # [restart]
+# The train step's precision: "float32", "bfloat16" (mixed: the loss, the quantile cosines, the output layers and
+# the dueling combine stay float32), or "auto": a start-up probe times the step both ways on this machine and
+# keeps bfloat16 only if it is >= 1.1x faster (the log line gives both times).
+training_precision = "auto"  # [restart]
 # (frames played, lr), exponential interpolation.
 lr_schedule = [(0, 1e-3), (300_000, 3e-4), (1_000_000, 1e-4)]
 weight_decay_lr_ratio = 1 / 50
@@ -144,5 +148,13 @@ max_training_backlog_batches = 400
 ray_address = None  # [restart] "auto": a local Ray cluster on loopback; or a cluster's address (docs/cluster.md)
 ray_actors = 0  # [restart] collector actors on the Ray cluster
 # (more Ray settings here)
+ray_games_per_actor = 1  # [restart] games each Ray actor plays side by side (threads, one CPU per actor)
+ray_object_store_mb = 512  # [restart] object store of the cluster `ray_address = "auto"` starts
 http_listen = None  # [restart] "127.0.0.1:8642": serve external game clients (docs/http-api.md)
 # (more HTTP settings here)
+http_queue_size = 8  # [restart] races received and not yet taken by the learner; a client meeting a full queue gets 429
+# Clients are told to pause (`paused` in /v1/status and in each 202) while more races than this wait in the queue:
+# their races would be played with weights that many races older by the time the learner takes them.
+http_off_policy_tolerance = 2
+http_heartbeat_interval_s = 5.0  # how often a client says it is alive between races (given to it at registration)
+http_client_timeout_s = 60.0  # a client silent this long is forgotten (it registers again)

@@ -73,7 +73,7 @@ def test_training_and_acting_on_cuda(cfg, layout):
     batch = buffer.sample_batch()
     assert batch["state_img"].device.type == "cuda" and batch["weight"].device.type == "cuda"
     online, target = make_network(cfg, layout, N_ACTIONS, device), make_network(cfg, layout, N_ACTIONS, device)
-    trainer = Trainer(online, target, make_optimizer(online, cfg, 1e-3), cfg, device)
+    trainer = Trainer(online, target, make_optimizer(online, cfg, 1e-3), cfg, device, precision=torch.bfloat16)
     assert trainer.use_amp
     loss, grad_norm = trainer.train_on_batch(buffer, do_learn=True)
     assert np.isfinite(loss)

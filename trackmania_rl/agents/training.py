@@ -3,7 +3,9 @@
 - `quantile_huber_loss`: per-sample loss (B,), summed over online quantiles, averaged over target quantiles.
 - `Trainer`: one learning step on a replay batch; standard IQN target (next action = argmax of the target
   network's quantile mean; `use_ddqn`: argmax of the online network's), loss = mean over the batch
-  (IS-weighted when prioritized), gradient clipping, AMP only on CUDA.
+  (IS-weighted when prioritized), gradient clipping; `precision` float32, or bfloat16 for mixed precision
+  (IQNNetwork.training_forward keeps the loss, the cosines, the output layers and the dueling combine in
+  float32; no loss scaling is needed with bfloat16's exponent range). precision.py chooses it.
 - `make_optimizer` / `set_optimizer_hyperparameters`: RAdam with decoupled weight decay on weights only.
 """
 
@@ -11,8 +13,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-
-from trackmania_rl.device import is_cuda
 
 
 def quantile_huber_loss(online: torch.Tensor, taus: torch.Tensor, target: torch.Tensor, kappa: float) -> torch.Tensor:
@@ -60,19 +60,28 @@ class Trainer:
     """
 
     def __init__(
-        self, online: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer, cfg, device: torch.device | str, scaler=None
+        self,
+        online: nn.Module,
+        target: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        cfg,
+        device: torch.device | str,
+        precision: torch.dtype = torch.float32,
     ):
         self.online = online
         self.target = target
         self.optimizer = optimizer
         self.cfg = cfg
         self.device = torch.device(device)
-        self.use_amp = is_cuda(self.device)
-        self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cuda", enabled=self.use_amp)
+        self.precision = precision
         self.n_quantiles = int(cfg.iqn_n)
 
-    def _autocast(self):
-        return torch.autocast(device_type=self.device.type, dtype=torch.float16, enabled=self.use_amp)
+    @property
+    def use_amp(self) -> bool:
+        return self.precision != torch.float32
+
+    def _forward(self, network, img, floats):
+        return network.training_forward(img, floats, self.n_quantiles, self.precision)
 
     def compute_loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(batch loss, per-sample loss (B,) detached). The batch loss is the mean over the batch of the
@@ -80,19 +89,18 @@ class Trainer:
         cfg, n = self.cfg, self.n_quantiles
         action = batch["action"]
         batch_size = action.shape[0]
-        with self._autocast():
-            with torch.no_grad():
-                q_next_target, _ = self.target(batch["next_state_img"], batch["next_state_float"], n)
-                if cfg.use_ddqn:
-                    q_next_online, _ = self.online(batch["next_state_img"], batch["next_state_float"], n)
-                    next_action = q_next_online.float().mean(dim=1).argmax(dim=1)
-                else:
-                    next_action = q_next_target.float().mean(dim=1).argmax(dim=1)
-                z_next = q_next_target.float().gather(2, next_action.view(batch_size, 1, 1).expand(batch_size, n, 1)).squeeze(2)
-                target = batch["reward"].unsqueeze(1) + batch["gamma_eff"].unsqueeze(1) * z_next  # (B, N)
-            q, taus = self.online(batch["state_img"], batch["state_float"], n)
-            q_taken = q.float().gather(2, action.view(batch_size, 1, 1).expand(batch_size, n, 1)).squeeze(2)
-        per_sample = quantile_huber_loss(q_taken, taus.float(), target, float(cfg.iqn_kappa))
+        with torch.no_grad():
+            q_next_target, _ = self._forward(self.target, batch["next_state_img"], batch["next_state_float"])
+            if cfg.use_ddqn:
+                q_next_online, _ = self._forward(self.online, batch["next_state_img"], batch["next_state_float"])
+                next_action = q_next_online.mean(dim=1).argmax(dim=1)
+            else:
+                next_action = q_next_target.mean(dim=1).argmax(dim=1)
+            z_next = q_next_target.gather(2, next_action.view(batch_size, 1, 1).expand(batch_size, n, 1)).squeeze(2)
+            target = batch["reward"].unsqueeze(1) + batch["gamma_eff"].unsqueeze(1) * z_next  # (B, N)
+        q, taus = self._forward(self.online, batch["state_img"], batch["state_float"])
+        q_taken = q.gather(2, action.view(batch_size, 1, 1).expand(batch_size, n, 1)).squeeze(2)
+        per_sample = quantile_huber_loss(q_taken, taus, target, float(cfg.iqn_kappa))
         weight = batch.get("weight")
         loss = (per_sample * weight).mean() if weight is not None else per_sample.mean()
         return loss, per_sample.detach()
@@ -104,12 +112,10 @@ class Trainer:
             loss, per_sample = self.compute_loss(batch)
         grad_norm = 0.0
         if do_learn:
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
+            loss.backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.cfg.clip_grad_norm))
             torch.nn.utils.clip_grad_value_(self.online.parameters(), self.cfg.clip_grad_value)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
+            self.optimizer.step()
         return float(loss.detach()), grad_norm, per_sample
 
     def train_on_batch(self, buffer, do_learn: bool = True) -> tuple[float, float]:

@@ -24,16 +24,19 @@ buffer is filled with synthetic rollouts of random frames.
 
 from __future__ import annotations
 
+import platform
 import statistics
 import time
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 from torchrl.data import ListStorage, RandomSampler, ReplayBuffer
 
 from trackmania_rl.agents.acting import make_inference_network
 from trackmania_rl.agents.exploration import Inferer
 from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.agents.precision import MIN_SPEEDUP
 from trackmania_rl.agents.training import Trainer, make_optimizer
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.games.car_racing.floats import make_float_layout
@@ -148,6 +151,71 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def gemm_peak_flops(dtype: torch.dtype, n: int = 2048, reps: int = 7) -> float:
+    """FLOP/s of one large square matrix product in `dtype` on this thread count: the machine's practical peak."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=g).to(dtype), torch.randn(n, n, generator=g).to(dtype)
+    a @ b
+    return 2 * n**3 / statistics.median(_timed(lambda: a @ b) for _ in range(reps))
+
+
+def precision_figures(cfg, layout, n_actions: int, buffer, reps: int):
+    """At the shipped config's batch size: the full train step (sample + transform + step) in float32 and in
+    bfloat16, alternated (`learner.bf16_speedup` = fp32 / bf16), and, in the dtype `training_precision = "auto"`
+    would choose by the same rule, the FLOPs of one full step (torch.utils.flop_counter) per second of it, as a
+    fraction of a large GEMM's FLOP/s in that dtype (`learner.flops_fraction_of_peak`)."""
+    device = torch.device("cpu")
+    shipped = TransitionReplayBuffer(
+        storage=buffer.storage,
+        sampler=buffer.sampler,
+        transform=MiniRaceTransform(cfg, layout, rng=np.random.default_rng(7)),
+        batch_size=cfg.batch_size,
+    )
+    online, target = make_network(cfg, layout, n_actions, device), make_network(cfg, layout, n_actions, device)
+    target.load_state_dict(online.state_dict())
+    trainer = Trainer(online, target, make_optimizer(online, cfg, 1e-4), cfg, device)
+    times = {torch.float32: [], torch.bfloat16: []}
+    for round_index in range(2 + 2 * reps):
+        for dtype, measured in times.items():
+            trainer.precision = dtype
+            seconds = _timed(lambda: trainer.train_on_batch(shipped, True))
+            if round_index >= 2:  # warm-up
+                measured.append(seconds)
+    fp32, bf16 = statistics.median(times[torch.float32]), statistics.median(times[torch.bfloat16])
+    common = {"batch_size": cfg.batch_size, "threads": torch.get_num_threads(), "cpu": cpu_model()}
+    yield {"figure": "learner.train_step_ms_full_float32", "value": round(1000 * fp32, 2), "unit": "ms", **common}
+    yield {"figure": "learner.train_step_ms_full_bfloat16", "value": round(1000 * bf16, 2), "unit": "ms", **common}
+    yield {"figure": "learner.bf16_speedup", "value": round(fp32 / bf16, 3), "unit": "x", "target": ">= 1.5 where bf16 is native", **common}
+    dtype = torch.bfloat16 if fp32 / bf16 >= MIN_SPEEDUP else torch.float32
+    trainer.precision = dtype
+    with FlopCounterMode(display=False) as counter:
+        trainer.train_on_batch(shipped, True)
+    step_flops = counter.get_total_flops()
+    peak = gemm_peak_flops(dtype)
+    step_s = bf16 if dtype == torch.bfloat16 else fp32
+    yield {"figure": "learner.train_step_gflop", "value": round(step_flops / 1e9, 3), "unit": "GFLOP", **common}
+    yield {"figure": "learner.gemm_peak_gflops", "value": round(peak / 1e9, 1), "unit": "GFLOP/s", "dtype": str(dtype), **common}
+    yield {
+        "figure": "learner.flops_fraction_of_peak",
+        "value": round(step_flops / step_s / peak, 3),
+        "unit": "fraction",
+        "target": ">= 0.5",
+        "dtype": str(dtype),
+        **common,
+    }
+
+
+def cpu_model() -> str:
+    """The CPU's model name (figures differ by CPU: say which one they came from)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def run(args):
     quick = bool(getattr(args, "quick", False))
     torch.set_num_threads(1)
@@ -241,6 +309,7 @@ def run(args):
         "unit": "x",
         "target": "<= 1.10",
     }
+    yield from precision_figures(cfg, layout, n_actions, buffer, train_reps)
 
     # inference, batch 1, warm: a collector's decision (the acting program) and the TorchScript forward it
     # replaces (quantiles at the same fractions, then their mean), alternated

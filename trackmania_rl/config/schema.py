@@ -161,6 +161,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "use_ddqn": (_bool, "True or False", False),
     "use_jit": (_bool, "True or False", True),
     "batch_size": (_positive_int, "a positive integer", True),
+    "training_precision": (lambda v: v in ("auto", "float32", "bfloat16"), '"auto", "float32" or "bfloat16"', True),
     "lr_schedule": (_positive_schedule, "a list of (frames, lr) with positive lr", False),
     "weight_decay_lr_ratio": (_non_negative_number, "a number >= 0", False),
     "adam_epsilon": (_positive_number, "a positive number", False),
@@ -192,8 +193,14 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "ray_address": (_optional_text, 'None, "auto" (a local cluster on loopback) or a Ray cluster address', True),
     "ray_actors": (_non_negative_int, "an integer >= 0 (collector actors on the Ray cluster)", True),
     # ---- more Ray source settings (rollouts/ray) here
+    "ray_games_per_actor": (_positive_int, "a positive integer (games each Ray collector actor plays side by side)", True),
+    "ray_object_store_mb": (_positive_int, "a positive integer (MB of object store of the cluster `auto` starts)", True),
     "http_listen": (_optional_text, 'None or "HOST:PORT" (the HTTP endpoint for external game clients)', True),
     # ---- more HTTP source settings (rollouts/http) here
+    "http_queue_size": (_positive_int, "a positive integer (races waiting for the learner; 429 beyond)", True),
+    "http_off_policy_tolerance": (_non_negative_int, "an integer >= 0 (races waiting before clients are told to pause)", False),
+    "http_heartbeat_interval_s": (_positive_number, "a positive number (s)", False),
+    "http_client_timeout_s": (_positive_number, "a positive number (s)", False),
 }
 
 # settings that a live config edit cannot change (network shape, buffer layout, processes): a restart applies them
@@ -206,9 +213,16 @@ ADDED_LATER = {
     "checkpoints_kept": 2,
     "max_training_backlog_batches": 400,
     "seed": 0,
+    "training_precision": "auto",
     "ray_address": None,
     "ray_actors": 0,
     # ---- Ray source settings added later
+    "ray_games_per_actor": 1,
+    "ray_object_store_mb": 512,
     "http_listen": None,
     # ---- HTTP source settings added later
+    "http_queue_size": 8,
+    "http_off_policy_tolerance": 2,
+    "http_heartbeat_interval_s": 5.0,
+    "http_client_timeout_s": 60.0,
 }

@@ -44,7 +44,6 @@ STAGING = "checkpoint.partial"
 WEIGHTS_ONLINE = "weights_online.torch"
 WEIGHTS_TARGET = "weights_target.torch"
 OPTIMIZER = "optimizer.torch"
-SCALER = "scaler.torch"
 STATS = "stats.json"
 SETTINGS = "settings.json"  # the config values in force (config/values.py), never code
 BEST_JSON = "best.json"  # in best/: the score and when

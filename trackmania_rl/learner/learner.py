@@ -19,6 +19,7 @@ import torch
 
 from trackmania_rl.agents import schedules
 from trackmania_rl.agents.iqn import load_state_dict_into, make_network
+from trackmania_rl.agents.precision import choose_precision
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
 from trackmania_rl.config.values import settings_json
 from trackmania_rl.learner import checkpoint as ckpt
@@ -28,7 +29,6 @@ from trackmania_rl.learner.checkpoint import (
     BUFFER,
     BUFFER_TEST,
     OPTIMIZER,
-    SCALER,
     SETTINGS,
     STATS,
     WEIGHTS_ONLINE,
@@ -66,7 +66,8 @@ class Learner:
         self.target = make_network(self.cfg, layout, self.n_actions, device)
         self.target.load_state_dict(self.online.state_dict())
         self.optimizer = make_optimizer(self.online, self.cfg, self.schedules()["lr"])
-        self.trainer = Trainer(self.online, self.target, self.optimizer, self.cfg, device)
+        self.precision = choose_precision(self.cfg.training_precision, self.cfg, layout, self.n_actions, device, log)
+        self.trainer = Trainer(self.online, self.target, self.optimizer, self.cfg, device, precision=self.precision.dtype)
         capacity, self.memory_start_learn = self._memory_size()
         self.buffer, self.buffer_test = make_buffers(self.cfg, layout, capacity, device=device, rng=self.rng)
         if resume:
@@ -139,8 +140,8 @@ class Learner:
             path = folder / STATS
             raise ckpt.CheckpointCorrupt(f"checkpoint file {path} is corrupt (not the run's counters: {e})", path) from None
         state = {"stats": stats}
-        for name in (WEIGHTS_ONLINE, WEIGHTS_TARGET, OPTIMIZER) + ((SCALER,) if (folder / SCALER).exists() else ()):
-            value = ckpt.load_torch(folder, name, self.device if name != SCALER else "cpu")
+        for name in (WEIGHTS_ONLINE, WEIGHTS_TARGET, OPTIMIZER):  # an older checkpoint's scaler.torch is not needed
+            value = ckpt.load_torch(folder, name, self.device)
             if not isinstance(value, dict) or (
                 name in (WEIGHTS_ONLINE, WEIGHTS_TARGET) and not all(isinstance(v, torch.Tensor) for v in value.values())
             ):
@@ -166,8 +167,6 @@ class Learner:
             for network, name in ((self.online, WEIGHTS_ONLINE), (self.target, WEIGHTS_TARGET)):
                 load_state_dict_into(network, state[name], f"checkpoint file {folder / name}")
             self.optimizer.load_state_dict(state[OPTIMIZER])
-            if SCALER in state:
-                self.trainer.scaler.load_state_dict(state[SCALER])
             capacity, self.memory_start_learn = self._memory_size()
             resize_buffers(self.buffer, self.buffer_test, self.cfg, capacity)
             for buffer, name in ((self.buffer, BUFFER), (self.buffer_test, BUFFER_TEST)):
@@ -193,7 +192,6 @@ class Learner:
             WEIGHTS_ONLINE: ckpt.torch_writer(self.online.state_dict()),
             WEIGHTS_TARGET: ckpt.torch_writer(self.target.state_dict()),
             OPTIMIZER: ckpt.torch_writer(self.optimizer.state_dict()),
-            SCALER: ckpt.torch_writer(self.trainer.scaler.state_dict()),
             STATS: ckpt.json_writer(self.stats.to_json()),
             SETTINGS: ckpt.text_writer(settings),
             BUFFER: lambda path: save_buffer(self.buffer, path),

@@ -1,0 +1,83 @@
+"""Mixed precision for the learning step: bfloat16 where it is kept, float32 where the resolution matters, and the
+start-up probe that chooses (trackmania_rl/agents/precision.py, IQNNetwork.training_forward)."""
+
+import pytest
+import torch
+
+from trackmania_rl.agents import precision
+from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.agents.precision import choose_precision, random_batch
+from trackmania_rl.agents.training import Trainer, make_optimizer
+
+N_ACTIONS = 12
+
+
+def test_float32_training_forward_is_forward(cfg, layout, random_states):
+    network = make_network(cfg, layout, N_ACTIONS)
+    img, floats = random_states(cfg, layout, 5)
+    torch.manual_seed(3)
+    q, taus = network(img, floats, 8)
+    torch.manual_seed(3)
+    q_training, taus_training = network.training_forward(img, floats, 8, torch.float32)
+    torch.testing.assert_close(taus_training, taus)
+    torch.testing.assert_close(q_training, q)
+
+
+def test_bfloat16_keeps_the_cosines_output_layers_and_combine_in_float32(cfg, layout, random_states):
+    network = make_network(cfg, layout, N_ACTIONS)
+    img, floats = random_states(cfg, layout, 16)
+    seen = {}
+
+    def record(name):
+        def hook(module, inputs, output):
+            seen[name] = (inputs[0].dtype, output.dtype)
+
+        return hook
+
+    for name in ("advantage_output_layer", "value_output_layer", "advantage_hidden_layer", "iqn_fc"):
+        getattr(network, name).register_forward_hook(record(name))
+    network.img_head[0].register_forward_hook(record("first_convolution"))
+    torch.manual_seed(4)
+    q, taus = network.training_forward(img, floats, 8, torch.bfloat16)
+    assert seen["first_convolution"][1] == torch.bfloat16 and seen["advantage_hidden_layer"][1] == torch.bfloat16
+    assert seen["iqn_fc"][0] == torch.float32  # the cosines themselves are float32
+    assert seen["advantage_output_layer"] == (torch.float32, torch.float32)
+    assert seen["value_output_layer"] == (torch.float32, torch.float32)
+    assert q.dtype == torch.float32 and taus.dtype == torch.float32
+    torch.manual_seed(4)
+    q_float32, _ = network.training_forward(img, floats, 8, torch.float32)
+    assert not torch.equal(q, q_float32)  # bfloat16 did run somewhere
+    torch.testing.assert_close(q, q_float32, rtol=0.05, atol=0.05)
+
+
+def test_a_bfloat16_train_step_learns_and_keeps_float32_weights(cfg, layout):
+    online, target = make_network(cfg, layout, N_ACTIONS), make_network(cfg, layout, N_ACTIONS)
+    target.load_state_dict(online.state_dict())
+    trainer = Trainer(online, target, make_optimizer(online, cfg, 1e-3), cfg, "cpu", precision=torch.bfloat16)
+    batch = random_batch(cfg, layout, N_ACTIONS, torch.device("cpu"), batch_size=32)
+    losses = [trainer.train_on_tensors(batch)[0] for _ in range(30)]
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-5:]) < sum(losses[:5])  # a fixed batch is fitted
+    assert all(p.dtype == torch.float32 for p in online.parameters())
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in online.parameters())
+
+
+@pytest.mark.parametrize("setting, dtype", [("float32", torch.float32), ("bfloat16", torch.bfloat16)])
+def test_an_explicit_setting_is_used_without_a_probe(cfg, layout, monkeypatch, setting, dtype):
+    monkeypatch.setattr(precision, "time_train_steps", lambda *a: pytest.fail("no probe for an explicit setting"))
+    logged = []
+    choice = choose_precision(setting, cfg, layout, N_ACTIONS, torch.device("cpu"), logged.append)
+    assert choice.dtype == dtype and logged == [f"training precision {setting}: training_precision = {setting!r}"]
+
+
+def test_auto_times_both_and_chooses_by_the_measured_ratio_without_touching_the_random_state(cfg, layout):
+    torch.manual_seed(11)
+    expected_next = torch.rand(3)
+    torch.manual_seed(11)
+    logged = []
+    choice = choose_precision("auto", cfg, layout, N_ACTIONS, torch.device("cpu"), logged.append)
+    assert torch.equal(torch.rand(3), expected_next)  # the run's seeded sampling goes on as if no probe had run
+    assert choice.float32_ms > 0 and choice.bfloat16_ms > 0
+    faster = choice.float32_ms / choice.bfloat16_ms >= precision.MIN_SPEEDUP
+    assert choice.dtype == (torch.bfloat16 if faster else torch.float32)
+    assert len(logged) == 1 and f"float32 {choice.float32_ms:.1f} ms, bfloat16 {choice.bfloat16_ms:.1f} ms" in logged[0]

@@ -1,0 +1,110 @@
+"""The learning step's precision: float32, or bfloat16 mixed precision where this machine runs it faster.
+
+CPU flags alone mislead: an AMD EPYC with avx512_bf16 ran bf16 matrix products ~4.4x faster than fp32 and the
+IQN step 2.2-3.0x faster, while an Intel Xeon without AMX, with the same flag, ran bf16 slower than fp32. So
+`training_precision = "auto"` times the real train step (Trainer.train_on_tensors, on networks of the run's
+architecture, at its batch size) both ways at start-up and keeps bfloat16 only when it is clearly faster.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.agents.training import Trainer, make_optimizer
+
+PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+PROBE_WARMUP_STEPS = 2  # per precision: first steps pay for allocation and kernel selection
+PROBE_TIMED_ROUNDS = 5  # alternated fp32 / bf16 steps, medians compared
+MIN_SPEEDUP = 1.1  # bfloat16 must beat float32 by this much to be chosen (the probe's own noise is a few %)
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    dtype: torch.dtype
+    reason: str  # for the log: the setting, or the probe's times
+    float32_ms: float | None = None
+    bfloat16_ms: float | None = None
+
+    @property
+    def name(self) -> str:
+        return "bfloat16" if self.dtype == torch.bfloat16 else "float32"
+
+
+def random_batch(cfg, layout, n_actions: int, device: torch.device, batch_size: int | None = None) -> dict:
+    """A replay batch of the shapes and dtypes the buffers give (replay/mini_race.py), with random content."""
+    b = int(batch_size or cfg.batch_size)
+    g = torch.Generator().manual_seed(0)
+    frames = (b, 1, int(cfg.H_downsized), int(cfg.W_downsized))
+    mean, std = torch.as_tensor(layout.mean, dtype=torch.float32), torch.as_tensor(layout.std, dtype=torch.float32)
+    batch = {
+        "state_img": torch.randint(0, 256, frames, generator=g, dtype=torch.uint8),
+        "next_state_img": torch.randint(0, 256, frames, generator=g, dtype=torch.uint8),
+        "state_float": mean + std * torch.randn(b, layout.dim, generator=g),
+        "next_state_float": mean + std * torch.randn(b, layout.dim, generator=g),
+        "action": torch.randint(0, n_actions, (b,), generator=g),
+        "reward": torch.randn(b, generator=g),
+        "gamma_eff": torch.full((b,), 0.99),
+    }
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def time_train_steps(cfg, layout, n_actions: int, device: torch.device, dtypes: tuple) -> dict:
+    """Median ms of one train step per dtype, steps alternated between dtypes so that a slower moment of the
+    machine counts against each alike. Uses its own networks and leaves torch's random state as it found it:
+    the run's networks and seeded sampling are not touched."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(0)
+        return _time_train_steps(cfg, layout, n_actions, device, dtypes)
+
+
+def _time_train_steps(cfg, layout, n_actions: int, device: torch.device, dtypes: tuple) -> dict:
+    online, target = make_network(cfg, layout, n_actions, device), make_network(cfg, layout, n_actions, device)
+    trainer = Trainer(online, target, make_optimizer(online, cfg, 1e-6), cfg, device)
+    batch = random_batch(cfg, layout, n_actions, device)
+    times = {dtype: [] for dtype in dtypes}
+    for round_index in range(PROBE_WARMUP_STEPS + PROBE_TIMED_ROUNDS):
+        for dtype in dtypes:
+            trainer.precision = dtype
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            trainer.train_on_tensors(batch, do_learn=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if round_index >= PROBE_WARMUP_STEPS:
+                times[dtype].append(1000 * (time.perf_counter() - start))
+    return {dtype: statistics.median(values) for dtype, values in times.items()}
+
+
+def bfloat16_usable(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu"
+
+
+def choose_precision(setting: str, cfg, layout, n_actions: int, device: torch.device, log: Callable[[str], None]) -> PrecisionChoice:
+    """The train step's dtype for `training_precision` = "float32", "bfloat16" or "auto" (probe), logged."""
+    if setting in PRECISIONS:
+        choice = PrecisionChoice(PRECISIONS[setting], f"training_precision = {setting!r}")
+    elif not bfloat16_usable(device):
+        choice = PrecisionChoice(torch.float32, f"auto: {device.type} has no bfloat16 autocast")
+    else:
+        medians = time_train_steps(cfg, layout, n_actions, device, (torch.float32, torch.bfloat16))
+        fp32, bf16 = medians[torch.float32], medians[torch.bfloat16]
+        faster = fp32 / bf16 >= MIN_SPEEDUP
+        verdict = "bfloat16 is faster" if faster else f"bfloat16 is not {MIN_SPEEDUP}x faster"
+        choice = PrecisionChoice(
+            torch.bfloat16 if faster else torch.float32,
+            f"auto, probe of the train step at batch {cfg.batch_size} on {device.type} ({torch.get_num_threads()} thread(s)): "
+            f"float32 {fp32:.1f} ms, bfloat16 {bf16:.1f} ms ({fp32 / bf16:.2f}x): {verdict}",
+            fp32,
+            bf16,
+        )
+    log(f"training precision {choice.name}: {choice.reason}")
+    return choice
