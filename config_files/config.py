@@ -116,10 +116,17 @@ tau_epsilon_boltzmann = 0.01
 # Map cycle: (name, seed or range of seeds, is_explo, fill_buffer). A range hands out its seeds in turn.
 # Maps that fill the buffer are "trained"; the others are "blind" evaluation tracks.
 # ---------------------------------------------------------------------------------------------------
-map_cycle = [("train", range(1_000, 100_000), True, True)] * 4 + [
-    ("train", range(1_000, 100_000), False, True),
+map_cycle = [("train", range(1_000, 50_000), True, True)] * 4 + [
+    ("train", range(1_000, 50_000), False, True),
     ("blind", range(0, 10), False, False),
 ]
+
+# Held-out evaluation: every held_out_eval_period_s of training, the learner plays one greedy race on each of
+# these tracks (never trained on: the map_cycle must not store them; all below 50,000, final test tracks are
+# 500,000 and up); the best weights by their mean native score are kept in save/<run>/best/. Its time counts.
+held_out_seeds = range(100, 110)
+held_out_eval_period_s = 300  # 0: off
+keep_weights_at_minutes = [30]  # the online weights at these minutes of training, kept as save/<run>/at-minute-MMM/
 
 # ---------------------------------------------------------------------------------------------------
 # Processes and bookkeeping

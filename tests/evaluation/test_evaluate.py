@@ -24,13 +24,26 @@ EVALUATE = REPO_ROOT / "scripts" / "evaluate.py"
 WATCH = REPO_ROOT / "scripts" / "watch.py"
 SEEDS = "0-2,5"
 SEED_LIST = [0, 1, 2, 5]
-RACE_KEYS = {"kind", "seed", "finished", "race_time_s", "native_score", "progress_fraction", "end_reason", "n_actions", "game_time_s"}
+RACE_KEYS = {
+    "kind",
+    "seed",
+    "finished",
+    "race_time_s",
+    "native_score",
+    "progress_fraction",
+    "tile_coverage",
+    "end_reason",
+    "n_actions",
+    "game_time_s",
+}
 SUMMARY_KEYS = {
     "kind",
     "races",
     "finished",
     "finished_fraction",
     "mean_native_score",
+    "std_native_score",
+    "mean_tile_coverage",
     "mean_race_time_s",
     "mean_progress_fraction",
     "seeds",
@@ -155,6 +168,7 @@ def test_evaluate_prints_one_line_per_race_and_a_consistent_summary(evaluated, w
         assert race["end_reason"] in ("finished", "left_playfield", "overall", "no_progress")
         assert (race["race_time_s"] is None) == (not race["finished"])
         assert 0.0 <= race["progress_fraction"] <= 1.0
+        assert 0.0 < race["tile_coverage"] <= 1.0  # the start tile at least
         assert race["n_actions"] > 0
         assert race["game_time_s"] == pytest.approx(race["n_actions"] * tiny_cfg.ms_per_action / 1000, abs=0.1)
         # the overall cutoff of the config found beside the weights (2.5 s) was applied
@@ -166,6 +180,8 @@ def test_evaluate_prints_one_line_per_race_and_a_consistent_summary(evaluated, w
     assert summary["finished"] == sum(r["finished"] for r in races)
     assert summary["finished_fraction"] == pytest.approx(np.mean([r["finished"] for r in races]))
     assert summary["mean_native_score"] == pytest.approx(np.mean([r["native_score"] for r in races]))
+    assert summary["std_native_score"] == pytest.approx(np.std([r["native_score"] for r in races]))
+    assert summary["mean_tile_coverage"] == pytest.approx(np.mean([r["tile_coverage"] for r in races]))
     assert summary["mean_progress_fraction"] == pytest.approx(np.mean([r["progress_fraction"] for r in races]))
     finished_times = [r["race_time_s"] for r in races if r["finished"]]
     assert summary["mean_race_time_s"] == (pytest.approx(np.mean(finished_times)) if finished_times else None)

@@ -248,37 +248,6 @@ def test_saves_keep_the_newest_checkpoints_kept_and_resume_takes_the_newest(tmp_
     assert any(m.startswith(f"resumed from {tmp_path / 'run' / CHECKPOINTS / '000003'}") for m in messages)
 
 
-def test_the_best_model_folder_follows_the_blind_track_score(tmp_path):
-    import json
-
-    from trackmania_rl.config.values import read_settings
-    from trackmania_rl.evaluation.evaluate import resolve_checkpoint
-    from trackmania_rl.learner.checkpoint import BEST, BEST_JSON, SETTINGS, WEIGHTS_ONLINE
-
-    learner, messages = _learner(tmp_path)
-    best = tmp_path / "run" / BEST
-    learner.save()
-    assert not best.exists()  # no blind-track score yet
-    learner.stats.latest_eval_native_score["blind"] = 500.0
-    learner.save()
-    record = json.loads((best / BEST_JSON).read_text())
-    assert record["score"] == 500.0 and record["checkpoint"] == "checkpoints/000002" and "saved_at" in record
-    assert read_settings(best / SETTINGS).settings() == learner.cfg.settings()
-    first_weights = (best / WEIGHTS_ONLINE).read_bytes()
-    with torch.no_grad():
-        next(learner.online.parameters()).add_(1.0)
-    learner.stats.latest_eval_native_score["blind"] = 400.0  # worse: best/ unchanged
-    learner.save()
-    assert json.loads((best / BEST_JSON).read_text())["score"] == 500.0 and (best / WEIGHTS_ONLINE).read_bytes() == first_weights
-    learner.stats.latest_eval_native_score["blind"] = 900.0
-    learner.save()
-    record = json.loads((best / BEST_JSON).read_text())
-    assert (record["score"], record["previous_score"]) == (900.0, 500.0)
-    assert (best / WEIGHTS_ONLINE).read_bytes() != first_weights
-    assert resolve_checkpoint(run=best).config == best / SETTINGS  # a model folder evaluation can use as it is
-    assert any("best model so far" in m for m in messages)
-
-
 def test_training_backlog_counts_only_once_learning_can_start(tmp_path):
     """Pacing reads the backlog: before the buffer holds `start_learn` transitions it must be 0, or paused sources
     would never fill the buffer; after, it is the replay-ratio credit in batches."""

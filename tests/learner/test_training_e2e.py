@@ -94,7 +94,9 @@ def _process_exists(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_train_end_to_end_then_resume(tmp_path):
-    write_tiny_config(tmp_path)
+    config = write_tiny_config(tmp_path)
+    # held-out evaluations every 25 s of training on two short tracks; weights kept at half a minute
+    config.write_text(config.read_text() + "held_out_seeds = [100, 101]\nheld_out_eval_period_s = 25\nkeep_weights_at_minutes = [0.5]\n")
     run = TrainProcess(tmp_path, "e2e", minutes=1.2, collectors=2, log_name="run1.log")
     try:
         run.wait_for(r"live config of this run: .*config_live.py \(copied from", 60)
@@ -138,6 +140,13 @@ def test_train_end_to_end_then_resume(tmp_path):
     frames1, batches1, buffer1, test1 = map(int, saved[-1])
     assert frames1 == stats1["frames_played"] and buffer1 > 0
     assert list((tmp_path / "tensorboard" / "e2e").glob("events.out.tfevents.*"))
+    assert re.search(r"training precision (float32|bfloat16): auto, probe of the train step .* float32 [\d.]+ ms, bfloat16", log1)
+    held_out = [json.loads(line) for line in (tmp_path / "save" / "e2e" / "held_out.jsonl").read_text().splitlines()]
+    assert len(held_out) >= 2 and [h["seeds"] for h in held_out] == [[100, 101]] * len(held_out)
+    assert stats1["held_out_evaluations"] == len(held_out) and "held-out evaluation at minute" in log1
+    best = json.loads((tmp_path / "save" / "e2e" / "best" / "best.json").read_text())
+    assert best["score"] == max(h["mean_native_score"] for h in held_out) == stats1["held_out_best_score"]
+    assert (tmp_path / "save" / "e2e" / "at-minute-0.5" / "weights_online.torch").is_file()
     # no collector outlived the run
     for pid in map(int, re.findall(r"started \(pid (\d+)\)", log1)):
         assert not _process_exists(pid), f"collector pid {pid} outlived the run"

@@ -106,6 +106,15 @@ def build_config(values: dict, game_backend: str = "carracing", inputs: dict | N
             f"{source}: setting `n_zone_centers_extrapolate_after_end_of_map` must be >= the look-ahead span "
             f"n_zone_centers_in_inputs x one_every_n_zone_centers_in_inputs = {lookahead}"
         )
+    trained = [seeds for _, seeds, _, fill_buffer in values["map_cycle"] if fill_buffer]
+    overlap = sorted(
+        s for s in values["held_out_seeds"] if any(s in seeds if isinstance(seeds, range) else s == seeds for seeds in trained)
+    )
+    if overlap:
+        raise ConfigError(
+            f"{source}: setting `held_out_seeds` holds tracks the map_cycle trains on ({overlap[:5]}...): "
+            "model selection must use tracks the learner never stores"
+        )
     inputs_file = dict(inputs if inputs is not None else load_inputs())
     return Config(
         **values,

@@ -47,6 +47,18 @@ def _optional_text(v):
     return v is None or (isinstance(v, str) and v.strip() != "")
 
 
+HELD_OUT_SEEDS_BELOW = 50_000  # training and model-selection tracks stay below; final test tracks are 500,000 and up
+
+
+def _held_out_seeds(v):
+    seeds = v if isinstance(v, range) else v if isinstance(v, (list, tuple)) else None
+    return seeds is not None and 0 < len(seeds) <= 1_000 and all(_non_negative_int(s) and s < HELD_OUT_SEEDS_BELOW for s in seeds)
+
+
+def _minutes_list(v):
+    return isinstance(v, (list, tuple)) and all(_positive_number(m) for m in v) and list(v) == sorted(set(v))
+
+
 def _even_positive_int(v):
     return _positive_int(v) and v % 2 == 0
 
@@ -188,6 +200,9 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "save_frequency_s": (_positive_number, "a positive number (s)", False),
     "checkpoints_kept": (_positive_int, "an integer >= 1 (complete checkpoints kept in the run folder)", False),
     "collector_stall_timeout_s": (_positive_number, "a positive number (s)", False),
+    "held_out_seeds": (_held_out_seeds, f"a range or list of 1 to 1000 track seeds, each from 0 to {HELD_OUT_SEEDS_BELOW - 1}", False),
+    "held_out_eval_period_s": (_non_negative_number, "a number of seconds >= 0 (0: no held-out evaluation)", False),
+    "keep_weights_at_minutes": (_minutes_list, "a list of increasing positive minutes of training", False),
     "max_training_backlog_batches": (_positive_int, "a positive integer (batches owed to the replay ratio)", False),
     # ---- remote rollout sources (rollouts/ray, rollouts/http): off unless set, each an optional install
     "ray_address": (_optional_text, 'None, "auto" (a local cluster on loopback) or a Ray cluster address', True),
@@ -214,6 +229,9 @@ ADDED_LATER = {
     "max_training_backlog_batches": 400,
     "seed": 0,
     "training_precision": "auto",
+    "held_out_seeds": range(100, 110),
+    "held_out_eval_period_s": 300,
+    "keep_weights_at_minutes": [30],
     "ray_address": None,
     "ray_actors": 0,
     # ---- Ray source settings added later

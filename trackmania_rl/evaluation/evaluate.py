@@ -337,6 +337,8 @@ def race_record(seed: int, end_race_stats: dict) -> dict:
         "race_time_s": end_race_stats["race_time"] / 1000 if finished else None,
         "native_score": float(end_race_stats["native_score"]),
         "progress_fraction": float(end_race_stats["progress_fraction"]),
+        # share of the road tiles the car touched (CarRacing's native score pays them); None for other games
+        "tile_coverage": float(end_race_stats["tiles_visited_fraction"]) if "tiles_visited_fraction" in end_race_stats else None,
         "end_reason": end_race_stats["end_reason"],
         "n_actions": int(end_race_stats["n_actions"]),
         "game_time_s": end_race_stats["race_time_for_ratio"] / 1000,
@@ -378,17 +380,20 @@ def evaluate_seeds(game, policy: GreedyPolicy, seeds: Iterable[int], retries: in
 
 
 def summarise(records: list[dict]) -> dict:
-    """The summary of race records: counts, finished fraction, mean native score and progress, and the
-    mean race time of the finished races (None when none finished)."""
+    """The summary of race records: counts, finished fraction, mean and standard deviation of the native score,
+    mean progress and tile coverage, and the mean race time of the finished races (None when none finished)."""
     records = list(records)
     n = len(records)
     finished = [r for r in records if r["finished"]]
+    coverage = [r["tile_coverage"] for r in records if r.get("tile_coverage") is not None]
     return {
         "kind": "summary",
         "races": n,
         "finished": len(finished),
         "finished_fraction": len(finished) / n if n else None,
         "mean_native_score": float(np.mean([r["native_score"] for r in records])) if n else None,
+        "std_native_score": float(np.std([r["native_score"] for r in records])) if n else None,
+        "mean_tile_coverage": float(np.mean(coverage)) if coverage else None,
         "mean_race_time_s": float(np.mean([r["race_time_s"] for r in finished])) if finished else None,
         "mean_progress_fraction": float(np.mean([r["progress_fraction"] for r in records])) if n else None,
         "seeds": [r["seed"] for r in records],

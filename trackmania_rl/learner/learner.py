@@ -8,7 +8,6 @@ than `max_policy_lag` versions old are not stored), `train` while the replay-rat
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import defaultdict
@@ -24,8 +23,6 @@ from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer
 from trackmania_rl.config.values import settings_json
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.checkpoint import (
-    BEST,
-    BEST_JSON,
     BUFFER,
     BUFFER_TEST,
     OPTIMIZER,
@@ -181,12 +178,12 @@ class Learner:
 
     def save(self) -> Path:
         """Write a checkpoint (learner/checkpoint.py: numbered folder, the newest `checkpoints_kept` kept) with the
-        config values in force as settings.json, then update the best model folder (`_update_best`).
+        config values in force as settings.json. (The best model folder is written by the held-out evaluation.)
 
         On an I/O error (full disk, I/O error, permission) every partial file is removed, the previous
         checkpoints are intact and CheckpointSaveError (an OSError) names the path and the free space; the
         next periodic save is then tried `save_frequency_s` later."""
-        self.stats.wall_seconds = self.wall_seconds_at_start + (time.perf_counter() - self.start_time)
+        self.stats.wall_seconds = self.wall_seconds()
         settings = settings_json(self.cfg)
         writers = {
             WEIGHTS_ONLINE: ckpt.torch_writer(self.online.state_dict()),
@@ -205,43 +202,7 @@ class Learner:
             f"checkpoint saved to {folder}: {self.stats.frames_played} frames, {self.stats.batches_done} batches, "
             f"buffer {len(self.buffer)} + test {len(self.buffer_test)} transitions"
         )
-        self._update_best(folder, settings)
         return folder
-
-    def _update_best(self, folder: Path, settings: str) -> None:
-        """The best model folder save/<run>/best/ (weights_online.torch, settings.json, best.json).
-
-        Rule: at each save, if the learner has a latest eval native score on blind tracks
-        (`stats.latest_eval_native_score["blind"]`, the newest greedy race on a track it does not train on) and
-        it is higher than the score in best/best.json (or there is no best yet), the online weights in force
-        become the best model, replacing the folder as a whole."""
-        score = self.stats.latest_eval_native_score.get("blind")
-        if score is None or not math.isfinite(score):
-            return
-        best_dir = self.run_dir / BEST
-        try:
-            previous = float(json.loads((best_dir / BEST_JSON).read_text())["score"])
-        except (OSError, ValueError, KeyError, TypeError):
-            previous = None
-        if previous is not None and score <= previous:
-            return
-        record = {
-            "score": float(score),
-            "metric": "latest eval native score on blind tracks at save time",
-            "previous_score": previous,
-            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "frames_played": self.stats.frames_played,
-            "batches_done": self.stats.batches_done,
-            "policy_version": self.stats.policy_version,
-            "checkpoint": str(folder.relative_to(self.run_dir)),
-        }
-        writers = {
-            WEIGHTS_ONLINE: ckpt.torch_writer(self.online.state_dict()),
-            SETTINGS: ckpt.text_writer(settings),
-            BEST_JSON: ckpt.json_writer(record),
-        }
-        ckpt.replace_folder(best_dir, writers, "best model save")
-        self.log(f"best model so far saved to {best_dir}: blind-track eval native score {score:.1f} (previous best {previous})")
 
     def publish(self) -> None:
         """The online weights become policy version + 1 at the source."""
@@ -249,6 +210,10 @@ class Learner:
             return
         self.stats.policy_version += 1
         self.source.publish(self.stats.policy_version, {k: v.detach() for k, v in self.online.state_dict().items()})
+
+    def wall_seconds(self) -> float:
+        """How long this run has been training, resumes included."""
+        return self.wall_seconds_at_start + (time.perf_counter() - self.start_time)
 
     def save_due(self) -> bool:
         return time.perf_counter() - self.last_save_time >= self.cfg.save_frequency_s

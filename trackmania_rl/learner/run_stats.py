@@ -26,6 +26,10 @@ class RunStats:
     collector_restarts: int = 0
     best_race_time_ms: dict = field(default_factory=dict)  # per map name, finished races only
     latest_eval_native_score: dict = field(default_factory=dict)  # per map status ("trained"/"blind")
+    held_out_evaluations: int = 0  # periodic held-out evaluations done (learner/held_out.py)
+    held_out_latest_score: float | None = None  # mean native score of the latest one
+    held_out_best_score: float | None = None  # the score of save/<run>/best/
+    weights_kept_at_minutes: list = field(default_factory=list)  # minutes of keep_weights_at_minutes already kept
 
     def to_json(self) -> dict:
         return asdict(self)

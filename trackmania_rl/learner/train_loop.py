@@ -14,6 +14,7 @@ from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load_config, load_user_config
 from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.held_out import HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.run_folder import LIVE_CONFIG, RunLock, StopSignals, install_live_config, move_run_aside, validate_run_name
 from trackmania_rl.learner.sources import Pacing, SourceContext, build_sources, remote_source_names
@@ -142,6 +143,7 @@ class _Run:
     lock: RunLock | None = None
     source: RolloutSource | None = None
     learner: Learner | None = None
+    held_out: HeldOutEvaluation | None = None
     logger: RunLogger | None = None
     saves: PeriodicSaves | None = None
     live: LiveConfig | None = None
@@ -208,6 +210,7 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) - collectors_count))
     run.logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
     run.learner = Learner(live, layout, device, run_dir, source=source, logger=run.logger, log=log, resume=True)
+    run.held_out = HeldOutEvaluation(run_dir, user.game_backend, log, run.logger)
     run.live = live
     source.learner_progress(run.learner.stats.frames_played, run.learner.stats.batches_done)
     signals.defer()  # a signal while collectors spawn is noted, and acted on right after (start_loop)
@@ -235,6 +238,11 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
             learner.train(max_seconds=0.5)
             source.learner_progress(learner.stats.frames_played, learner.stats.batches_done)
             pacing.update(learner.training_backlog_batches(), live.current.max_training_backlog_batches)
+            if run.held_out.due(learner):  # greedy races on the held-out tracks; the best weights by them kept
+                status.clear()
+                run.held_out.run(learner, stop_requested=lambda: signals.requested)
+            for minute in run.held_out.weights_due(learner):
+                run.held_out.keep_weights(learner, minute)
             health = source.health()
             learner.stats.collector_restarts += len(health.replaced)
             if health.exhausted:  # every producer was given up after repeated failures: nothing will come
@@ -280,6 +288,11 @@ def _shutdown(run: _Run, exit_reason: str) -> int:
                 log(f"last aggregate log failed: {_describe(e)}")
             code = final_save(run.learner)
     finally:
+        if run.held_out is not None:
+            try:
+                run.held_out.close()
+            except Exception as e:
+                log(f"closing the held-out evaluation's game failed: {_describe(e)}")
         if run.logger is not None:
             try:
                 run.logger.close()

@@ -1,0 +1,100 @@
+"""Held-out evaluation during training (learner/held_out.py): greedy races on tracks never trained on, the best
+model by their mean, the log line per evaluation, weights kept at given minutes. Real CarRacing races, short."""
+
+import json
+
+import pytest
+import torch
+
+from tests.helpers import SHORT_RACES, write_config
+from trackmania_rl.config.live import LiveConfig
+from trackmania_rl.config.loader import ConfigError, load_config
+from trackmania_rl.config.values import read_settings
+from trackmania_rl.evaluation.evaluate import resolve_checkpoint
+from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.checkpoint import BEST, BEST_JSON, SETTINGS, WEIGHTS_ONLINE
+from trackmania_rl.learner.held_out import HELD_OUT_LOG, HeldOutEvaluation
+from trackmania_rl.learner.learner import Learner
+
+HELD_OUT = SHORT_RACES + "held_out_seeds = [100, 101]\nheld_out_eval_period_s = 60\nkeep_weights_at_minutes = [1, 2]\n"
+
+
+def _learner(tmp_path):
+    messages = []
+    live = LiveConfig(write_config(tmp_path, HELD_OUT), log=messages.append)
+    learner = Learner(live, float_layout_for(live.current), torch.device("cpu"), tmp_path / "run", log=messages.append)
+    return learner, messages
+
+
+def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
+    learner, messages = _learner(tmp_path)
+    held_out = HeldOutEvaluation(tmp_path / "run", "carracing", messages.append)
+    try:
+        assert not held_out.due(learner)  # the first one comes one period into the run
+        learner.wall_seconds_at_start = 61.0
+        assert held_out.due(learner)
+        first = held_out.run(learner)
+        assert not held_out.due(learner)  # the next one a period later
+        assert first["seeds"] == [100, 101] and first["races"] == 2
+        assert 0.0 <= first["mean_tile_coverage"] <= 1.0 and first["std_native_score"] >= 0.0
+        best = tmp_path / "run" / BEST
+        record = json.loads((best / BEST_JSON).read_text())
+        assert record["score"] == first["mean_native_score"] and record["previous_score"] is None
+        assert read_settings(best / SETTINGS).settings() == learner.cfg.settings()
+        assert resolve_checkpoint(run=best).config == best / SETTINGS  # a model folder evaluation can use as it is
+        first_weights = (best / WEIGHTS_ONLINE).read_bytes()
+
+        # other weights scoring lower do not replace the best; the log gets a line either way
+        learner.stats.held_out_best_score = first["mean_native_score"] + 1_000.0
+        with torch.no_grad():
+            next(learner.online.parameters()).add_(1.0)
+        learner.wall_seconds_at_start = 121.0
+        second = held_out.run(learner)
+        assert (best / WEIGHTS_ONLINE).read_bytes() == first_weights
+        lines = [json.loads(line) for line in (tmp_path / "run" / HELD_OUT_LOG).read_text().splitlines()]
+        assert [line["mean_native_score"] for line in lines] == [first["mean_native_score"], second["mean_native_score"]]
+        assert lines[1]["minute"] > 2.0 and learner.stats.held_out_evaluations == 2
+
+        # a better score replaces it, with the weights that were evaluated
+        learner.stats.held_out_best_score = second["mean_native_score"] - 1.0
+        held_out.run(learner)
+        assert (best / WEIGHTS_ONLINE).read_bytes() != first_weights
+        assert json.loads((best / BEST_JSON).read_text())["previous_score"] == second["mean_native_score"] - 1.0
+        assert any("best model so far" in m for m in messages)
+        assert sum("held-out evaluation at minute" in m for m in messages) == 3
+    finally:
+        held_out.close()
+
+
+def test_a_stop_between_races_records_nothing(tmp_path):
+    learner, _ = _learner(tmp_path)
+    held_out = HeldOutEvaluation(tmp_path / "run", "carracing", lambda m: None)
+    try:
+        assert held_out.run(learner, stop_requested=lambda: True) is None
+        assert not (tmp_path / "run" / HELD_OUT_LOG).exists() and not (tmp_path / "run" / BEST).exists()
+        assert learner.stats.held_out_evaluations == 0
+    finally:
+        held_out.close()
+
+
+def test_weights_are_kept_once_at_each_minute(tmp_path):
+    learner, messages = _learner(tmp_path)
+    held_out = HeldOutEvaluation(tmp_path / "run", "carracing", messages.append)
+    learner.wall_seconds_at_start = 130.0  # past minutes 1 and 2
+    assert held_out.weights_due(learner) == [1, 2]
+    for minute in held_out.weights_due(learner):
+        held_out.keep_weights(learner, minute)
+    assert held_out.weights_due(learner) == []
+    kept = tmp_path / "run" / "at-minute-001"
+    assert (kept / WEIGHTS_ONLINE).is_file() and (tmp_path / "run" / "at-minute-002" / SETTINGS).is_file()
+    assert resolve_checkpoint(run=kept).weights == kept / WEIGHTS_ONLINE
+
+
+def test_held_out_tracks_that_the_map_cycle_trains_on_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"`held_out_seeds` holds tracks the map_cycle trains on \(\[1500, 45000\]"):
+        load_config(write_config(tmp_path, "held_out_seeds = [1_500, 45_000, 200]\n"), game_backend="carracing")
+    with pytest.raises(ConfigError, match="each from 0 to 49999"):
+        load_config(write_config(tmp_path, "held_out_seeds = [500_000]\n"), game_backend="carracing")
+    # a blind map (not stored) may share them
+    ok = "held_out_seeds = [5]\nmap_cycle = [('train', range(1_000, 40_000), True, True), ('blind', range(0, 10), False, False)]\n"
+    assert load_config(write_config(tmp_path, ok), game_backend="carracing").held_out_seeds == [5]
