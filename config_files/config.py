@@ -49,6 +49,9 @@ reward_per_m_advanced_along_centerline = 1.0 / 60  # +1 per 60 m: break-even at 
 shaped_reward_dist_to_cur_vcp = -0.05  # potential: this x clamp(distance to current zone center)
 shaped_reward_min_dist_to_cur_vcp = 2.0
 shaped_reward_max_dist_to_cur_vcp = 20.0
+# The game's own terms. CarRacing: this x the share of the wheels off the road tiles, taken from the reward of
+# each step (cutting a corner over the grass misses tiles the native score pays for).
+off_road_penalty_per_action = 0.0
 
 # ---------------------------------------------------------------------------------------------------
 # Mini-races and n-step returns

@@ -8,6 +8,7 @@ from trackmania_rl.replay.experience import (
     InvalidRollout,
     fill_buffers,
     n_steps_per_transition,
+    off_road_penalties,
     potentials,
     rollout_to_experience,
     route_to_test,
@@ -147,3 +148,17 @@ def test_fill_buffers_routes_transitions(cfg, layout):
         bad["state_float"][4][1] = np.inf
         fill_buffers(bad, buffer, buffer_test, cfg, layout, GAMMA, np.random.default_rng(0))
     assert len(buffer) == n_train  # nothing stored from a broken rollout
+
+
+def test_off_road_penalty_follows_the_wheels_off_the_road_in_the_state_arrived_in():
+    cfg = tiny_config(off_road_penalty_per_action=0.5, n_steps=1, shaped_reward_dist_to_cur_vcp=0.0)
+    layout = layout_for(cfg)
+    rollout = make_rollout(cfg, layout, 5, finished=True, rng=np.random.default_rng(0))
+    on_road = [[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]  # the last: the finish pseudo-state
+    for state, wheels in zip(rollout["state_float"], on_road, strict=True):
+        state[layout.slice(car_floats.WHEELS_ON_ROAD)] = wheels
+    floats = np.stack(rollout["state_float"])
+    np.testing.assert_allclose(off_road_penalties(floats, layout, cfg), [-0.25, -0.5, -0.125, -0.5])
+    with_penalty = rollout_to_experience(rollout, cfg, layout, gamma=0.9)
+    without = rollout_to_experience(rollout, cfg.replace(off_road_penalty_per_action=0.0), layout, gamma=0.9)
+    np.testing.assert_allclose(with_penalty.rewards[:, 0] - without.rewards[:, 0], [-0.25, -0.5, -0.125, 0.0], atol=1e-6)

@@ -37,6 +37,9 @@ class GameBackend:
     - `distance_to_current_zone_center(layout, state_float) -> distances`: from the car to the current
       zone center, read from the floats (one state (D,) or a batch (..., D)); the reward-shaping
       potential is made from it (DESIGN §3.5);
+    - `off_road_fraction(layout, state_float) -> fractions in [0, 1]`: how far off the road the car is, read from
+      the floats (CarRacing: the share of its wheels touching no road tile); the off-road reward term is made
+      from it (`off_road_penalty_per_action`, replay/experience.py);
     - `render_full_view(game) -> (H, W, 3) uint8`: the game's full view now, in RGB, as a person would
       see it (videos), rendered without changing the race;
     - `full_view_size`: (width, height) of that view.
@@ -47,6 +50,7 @@ class GameBackend:
     make_float_layout: Callable[[Any], FloatLayout]
     make_game_instance: Callable[[Any], GameInstance]
     distance_to_current_zone_center: Callable[[FloatLayout, np.ndarray], np.ndarray]
+    off_road_fraction: Callable[[FloatLayout, np.ndarray], np.ndarray]
     render_full_view: Callable[[GameInstance], np.ndarray]
     full_view_size: tuple[int, int]
 

@@ -9,7 +9,7 @@ For transition i (gamma = the learner's current gamma, N = cfg.n_steps):
 - n = min(N, F-1-i), cut to reach exactly the first non-greedy action after i when
   `discard_non_greedy_actions_in_nsteps` (the action at i itself may be exploratory);
 - rewards[j] = sum_{k<=j} gamma^k r_{i+k+1} for j < n (0 beyond: never read), r_{k+1} the reward of the
-  step from state k to k+1 (`step_rewards`);
+  step from state k to k+1 (`step_rewards`, plus `off_road_penalties`: a CarRacing term, 0 by default);
 - gammas[j] = gamma^(j+1);
 - terminal_actions = F-1-i when the race was finished (steps left to the finish), else +inf;
 - next state = state i+n.
@@ -145,6 +145,15 @@ def potentials(state_float: np.ndarray, layout: FloatLayout, cfg, distance_fn: C
     return (cfg.shaped_reward_dist_to_cur_vcp * clipped).astype(np.float32)
 
 
+def off_road_penalties(state_float: np.ndarray, layout: FloatLayout, cfg) -> np.ndarray:
+    """Per step k -> k+1 (k = 0..F-2): -off_road_penalty_per_action x how far off the road the car is in state k+1
+    (the game backend reads it from the floats: CarRacing, the share of wheels off the road tiles)."""
+    if cfg.off_road_penalty_per_action == 0 or len(state_float) < 2:
+        return np.zeros(max(0, len(state_float) - 1))
+    off_road = game_backend(cfg.game_backend).off_road_fraction(layout, state_float[1:])
+    return -float(cfg.off_road_penalty_per_action) * np.asarray(off_road, dtype=np.float64)
+
+
 def n_steps_per_transition(action_was_greedy, n_states: int, n_steps_max: int, discard_non_greedy: bool) -> np.ndarray:
     """n for each transition i = 0..F-2 (int64)."""
     n_transitions = n_states - 1
@@ -179,7 +188,10 @@ def rollout_to_experience(
     phi = potentials(state_float, layout, cfg, distance_fn)
     if finished:
         phi[-1] = 0.0  # the finish pseudo-state
-    r = step_rewards(rollout_results, cfg)
+    off_road = off_road_penalties(state_float, layout, cfg)
+    if finished and n_transitions:
+        off_road[-1] = 0.0  # reaching the finish pseudo-state is never penalised
+    r = step_rewards(rollout_results, cfg) + off_road
     n = n_steps_per_transition(rollout_results["action_was_greedy"], n_states, n_max, cfg.discard_non_greedy_actions_in_nsteps)
 
     i = np.arange(n_transitions)

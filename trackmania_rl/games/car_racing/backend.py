@@ -35,6 +35,7 @@ CAR_RACING = GameBackend(
     make_float_layout=car_floats.make_float_layout,
     make_game_instance=make_game_instance,
     distance_to_current_zone_center=car_floats.distance_to_current_zone_center,
+    off_road_fraction=car_floats.wheels_off_road_fraction,
     render_full_view=render_full_view,
     full_view_size=FULL_VIEW_SIZE,
 )

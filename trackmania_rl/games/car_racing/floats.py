@@ -102,3 +102,11 @@ def distance_to_current_zone_center(layout: FloatLayout, state_float):
 
     first_center = layout.get(state_float, ZONE_CENTERS_AHEAD)[..., :2]
     return np.linalg.norm(first_center, axis=-1)
+
+
+def wheels_off_road_fraction(layout: FloatLayout, state_float):
+    """Share of the four wheels touching no road tile (0: all on the road, 1: all on the grass); works on batches.
+    Cutting a corner over the grass misses the road tiles the native score pays for."""
+    import numpy as np
+
+    return 1.0 - np.mean(layout.get(state_float, WHEELS_ON_ROAD), axis=-1)
