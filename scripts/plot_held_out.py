@@ -1,0 +1,86 @@
+"""Plot the held-out evaluations of one or more runs against training minutes, and print for each run its best
+score and the first minute it reached a threshold (docs/results.md's learning curves).
+
+    python scripts/plot_held_out.py save/run_seed1 save/run_seed2 --out docs/held_out.png [--threshold 900]
+
+Reads save/<run>/held_out.jsonl (one line per evaluation, written by the learner: learner/held_out.py).
+Prints one JSON object per run: run, evaluations, best_mean_native_score, best_minute, first_minute_at_threshold.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from trackmania_rl.learner.held_out import HELD_OUT_LOG
+
+
+def read_evaluations(run_dir: Path) -> list[dict]:
+    """The run's evaluations, in order; ValueError naming the file and line for anything unreadable."""
+    path = run_dir / HELD_OUT_LOG
+    evaluations = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            entry = json.loads(line)
+            evaluations.append({"minute": float(entry["minute"]), "score": float(entry["mean_native_score"]), **entry})
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path} line {number} is not a held-out evaluation: {e}") from None
+    return evaluations
+
+
+def summary(run_dir: Path, evaluations: list[dict], threshold: float) -> dict:
+    best = max(evaluations, key=lambda e: e["score"])
+    reached = [e["minute"] for e in evaluations if e["score"] >= threshold]
+    return {
+        "run": str(run_dir),
+        "evaluations": len(evaluations),
+        "best_mean_native_score": best["score"],
+        "best_minute": best["minute"],
+        "first_minute_at_threshold": reached[0] if reached else None,
+        "threshold": threshold,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", type=Path, nargs="+", help="run folders (save/<run_name>)")
+    parser.add_argument("--out", type=Path, default=Path("held_out.png"))
+    parser.add_argument("--threshold", type=float, default=900.0, help="score whose first crossing is reported (and drawn)")
+    args = parser.parse_args(argv)
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    for run_dir in args.runs:
+        try:
+            evaluations = read_evaluations(run_dir)
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if not evaluations:
+            print(f"error: {run_dir / HELD_OUT_LOG} holds no evaluation yet", file=sys.stderr)
+            return 2
+        print(json.dumps(summary(run_dir, evaluations, args.threshold)))
+        minutes = [e["minute"] for e in evaluations]
+        means = [e["score"] for e in evaluations]
+        spread = [e.get("std_native_score") or 0.0 for e in evaluations]
+        low = [m - s for m, s in zip(means, spread, strict=True)]
+        high = [m + s for m, s in zip(means, spread, strict=True)]
+        line = axis.plot(minutes, means, marker="o", markersize=3, label=run_dir.name)[0]
+        axis.fill_between(minutes, low, high, color=line.get_color(), alpha=0.12)
+    axis.axhline(args.threshold, color="grey", linestyle="--", linewidth=0.8)
+    axis.set_xlabel("training time (minutes)")
+    axis.set_ylabel("held-out mean native score (± std over tracks)")
+    axis.grid(alpha=0.3)
+    axis.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(args.out, dpi=110)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
