@@ -395,6 +395,7 @@ class Learner:
             pipeline["rollouts_dropped_stale"] = sum(self.stats.rollouts_dropped_stale.values())
             pipeline["learner_waiting_percent"] = 100 * self.window_time["waiting"] / elapsed
             pipeline["sources_paused_percent"] = 100 * min(elapsed, self.window_time["sources_paused"]) / elapsed
+            pipeline["training_backlog_batches"] = self.training_backlog_batches()
             pipeline["learner_training_percent"] = 100 * (self.window_time["training"] + self.window_time["testing"]) / elapsed
             pipeline["transitions_learned_per_s"] = len(self.window["loss"]) * self.cfg.batch_size / elapsed
             pipeline["collector_restarts"] = self.stats.collector_restarts
