@@ -80,6 +80,7 @@ def test_live_config_is_copied_once_then_kept(tmp_path):
 
 
 def test_stop_signals_raise_then_note_then_ignore():
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN when pytest itself runs in the background (nohup, &)
     signals = StopSignals().install()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -96,7 +97,7 @@ def test_stop_signals_raise_then_note_then_ignore():
         signals2.restore()
     finally:
         signals.restore()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 class FakeLearner:

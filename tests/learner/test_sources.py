@@ -9,7 +9,7 @@ from tests.helpers import write_config
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.games import float_layout_for
-from trackmania_rl.learner.sources import SourceContext, build_sources, remote_source_names
+from trackmania_rl.learner.sources import SourceContext, build_sources, games_on_this_machine, remote_source_names
 from trackmania_rl.learner.train_loop import TrainOptions
 from trackmania_rl.rollouts.local.source import LocalCollectorSource
 
@@ -43,3 +43,18 @@ def test_a_remote_source_without_its_install_names_the_pip_command(tmp_path, mon
     assert remote_source_names(context.options, context.live.current)
     with pytest.raises(ConfigError, match=rf'pip install -e "\.\[{extra}\]"'):
         build_sources(context, collectors_count=0)
+
+
+@pytest.mark.parametrize(
+    "options, collectors, expected",
+    [
+        ({}, 2, 2),
+        ({"ray": "auto", "ray_actors": 3}, 1, 4),  # a cluster started here: its actors play on this machine
+        ({"ray": "10.0.0.5:6379", "ray_actors": 3}, 0, 0),  # a cluster elsewhere costs no core here
+        ({"listen": "127.0.0.1:8642"}, 0, 1),  # a client on this machine is the usual case
+        ({"listen": "0.0.0.0:8642"}, 1, 1),
+    ],
+)
+def test_the_learner_counts_the_games_that_share_its_machine(tmp_path, options, collectors, expected):
+    context = _context(tmp_path, **options)
+    assert games_on_this_machine(context.options, context.live.current, collectors) == expected

@@ -62,6 +62,21 @@ def remote_source_names(options, cfg) -> list[str]:
     return names
 
 
+def games_on_this_machine(options, cfg, collectors_count: int) -> int:
+    """How many games the sources run on the learner's machine, each wanting a core: the local collectors, the
+    actors of a Ray cluster `--ray auto` starts here, and one client for an HTTP endpoint on a loopback address
+    (a client elsewhere costs nothing here; one on this machine is the usual case, and one core is its share)."""
+    games = collectors_count
+    if ray_address(options, cfg) == "auto":
+        actors = options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
+        games += actors * cfg.ray_games_per_actor
+    listen = http_listen(options, cfg)
+    if listen is not None:
+        host = listen.rpartition(":")[0].strip("[]")
+        games += host in ("localhost", "::1") or host.startswith("127.")
+    return games
+
+
 def _missing_extra(extra: str, error: ImportError) -> ConfigError:
     return ConfigError(f'this run needs the optional "{extra}" install ({error}); install it with: pip install -e ".[{extra}]"')
 

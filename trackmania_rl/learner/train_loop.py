@@ -17,7 +17,7 @@ from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.held_out import HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.run_folder import LIVE_CONFIG, RunLock, StopSignals, install_live_config, move_run_aside, validate_run_name
-from trackmania_rl.learner.sources import Pacing, SourceContext, build_sources, remote_source_names
+from trackmania_rl.learner.sources import Pacing, SourceContext, build_sources, games_on_this_machine, remote_source_names
 from trackmania_rl.monitoring.status_line import StatusLine
 from trackmania_rl.monitoring.tensorboard import RunLogger
 from trackmania_rl.rollouts.source import RolloutSource
@@ -205,9 +205,9 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     sources = " + ".join(([f"{collectors_count} local collector(s)"] if collectors_count else []) + remote_source_names(options, cfg))
     log(f"run {options.run_name}: device {device}, {sources}, game {user.game_backend}, saves in {run_dir}")
 
-    # One torch thread per core left over by the collectors: oversubscribed cores make train steps
+    # One torch thread per core left over by the games on this machine: oversubscribed cores make train steps
     # tens of times slower (measured: 8 ms -> 450 ms p90 for a tiny step with 2 threads beside a collector).
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) - collectors_count))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) - games_on_this_machine(options, cfg, collectors_count)))
     run.logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
     run.learner = Learner(live, layout, device, run_dir, source=source, logger=run.logger, log=log, resume=True)
     run.held_out = HeldOutEvaluation(run_dir, user.game_backend, log, run.logger)
