@@ -33,6 +33,66 @@ WARMUP_ROLLOUTS = 1  # per collector: the first race pays for imports and TorchS
 GAME_BACKEND = DEFAULT_GAME_BACKEND  # the built-in game
 
 
+def default_config_copy(workdir: Path, log=lambda m: None) -> tuple[Path, LiveConfig]:
+    """The default config copied into `workdir` (producers read their settings from a file), and its LiveConfig."""
+    config_path = workdir / "config_copy.py"
+    shutil.copyfile(CONFIG_DIR / "config.py", config_path)
+    return config_path, LiveConfig(config_path, game_backend=GAME_BACKEND, log=log)
+
+
+def measure_ingest(source, learner, n_rollouts: int, deadline_s: float = 600.0) -> dict[str, list[float]]:
+    """Take and store `n_rollouts` races from a started source after the warm-up ones, timing each: the learner's
+    time per race ("take_ms": `source.get`; "ingest_ms": get + `ingest_envelope`), its share of the race's play
+    time ("fractions"), the play time ("play_s") and the frames' size ("frames_mb")."""
+    figures = {"fractions": [], "take_ms": [], "ingest_ms": [], "play_s": [], "frames_mb": []}
+    received = 0
+    deadline = time.monotonic() + deadline_s
+    while len(figures["fractions"]) < n_rollouts and time.monotonic() < deadline:
+        start = time.perf_counter()
+        envelope = source.get(timeout_s=0.0)
+        if envelope is None:
+            time.sleep(0.005)
+            continue
+        taken = time.perf_counter()
+        learner.ingest_envelope(envelope)
+        elapsed = time.perf_counter() - start
+        received += 1
+        if received <= WARMUP_ROLLOUTS:
+            continue
+        play_s = envelope[2]["rollout_duration_s"]
+        figures["fractions"].append(elapsed / play_s)
+        figures["take_ms"].append(1000 * (taken - start))
+        figures["ingest_ms"].append(1000 * elapsed)
+        figures["play_s"].append(play_s)
+        figures["frames_mb"].append(sum(getattr(frame, "nbytes", 0) for frame in envelope[0]["frames"]) / 2**20)
+    if not figures["fractions"]:
+        raise RuntimeError(f"no race to measure within {deadline_s:g} s")
+    return figures
+
+
+def source_actions_per_s(source, producers: int, window_s: float, on_envelope=None) -> float:
+    """Actions of the races a started source hands out inside the window ÷ window, after each of its `producers`
+    (told apart by meta["collector"]) delivered its warm-up races."""
+    warm: dict = {}
+    deadline = time.perf_counter() + 180
+    while len(warm) < producers or min(warm.values()) < WARMUP_ROLLOUTS:
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"{producers} producer(s) delivered no warm-up race within 180 s")
+        envelope = source.get(timeout_s=0.5)
+        if envelope is not None:
+            collector = envelope[2]["collector"]
+            warm[collector] = warm.get(collector, 0) + 1
+    start = time.perf_counter()
+    actions = 0
+    while time.perf_counter() - start < window_s:
+        envelope = source.get(timeout_s=0.2)
+        if envelope is not None:
+            actions += len(envelope[0]["actions"])
+            if on_envelope is not None:
+                on_envelope(envelope)
+    return actions / (time.perf_counter() - start)
+
+
 def _local_source(ctx, config_path: Path, shared, count: int) -> LocalCollectorSource:
     """The local rollout source with `count` collectors, not started."""
     frames_played, pause_event = ctx.Value("q", 0, lock=False), ctx.Event()
@@ -80,9 +140,7 @@ def run(args):
     n_rollouts = 8 if args.quick else 30
     workdir = Path(tempfile.mkdtemp(prefix="pipeline_benchmark_"))
     try:
-        config_path = workdir / "config_copy.py"
-        shutil.copyfile(CONFIG_DIR / "config.py", config_path)
-        live = LiveConfig(config_path, game_backend=GAME_BACKEND, log=lambda m: None)
+        config_path, live = default_config_copy(workdir)
         cfg = live.current
         layout = float_layout_for(cfg)
         ctx = torch_mp.get_context("spawn")
@@ -92,34 +150,18 @@ def run(args):
         source = _local_source(ctx, config_path, shared, 1)
         learner = Learner(live, layout, torch.device("cpu"), workdir / "run", source=source, log=lambda m: None, resume=False)
         source.start()
-        fractions, ingest_ms, play_s = [], [], []
         try:
-            received = 0
-            while len(fractions) < n_rollouts:
-                start = time.perf_counter()
-                envelope = source.get(timeout_s=0.0)
-                if envelope is None:
-                    time.sleep(0.005)
-                    continue
-                learner.ingest_envelope(envelope)
-                meta = envelope[2]
-                elapsed = time.perf_counter() - start
-                received += 1
-                if received <= WARMUP_ROLLOUTS:
-                    continue
-                fractions.append(elapsed / meta["rollout_duration_s"])
-                ingest_ms.append(1000 * elapsed)
-                play_s.append(meta["rollout_duration_s"])
+            ingest = measure_ingest(source, learner, n_rollouts)
         finally:
             source.stop()
         yield {
             "figure": "pipeline.ingest_fraction",
-            "value": round(statistics.median(fractions), 5),
+            "value": round(statistics.median(ingest["fractions"]), 5),
             "unit": "ratio",
             "target": "<= 0.02",
-            "ingest_ms_median": round(statistics.median(ingest_ms), 2),
-            "rollout_play_s_median": round(statistics.median(play_s), 2),
-            "rollouts": len(fractions),
+            "ingest_ms_median": round(statistics.median(ingest["ingest_ms"]), 2),
+            "rollout_play_s_median": round(statistics.median(ingest["play_s"]), 2),
+            "rollouts": len(ingest["fractions"]),
         }
 
         one = _aggregate_actions_per_s(ctx, config_path, shared, 1, window_s)
