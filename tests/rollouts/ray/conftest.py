@@ -1,0 +1,44 @@
+"""A real Ray cluster of loopback nodes for the Ray source's tests (skipped without the ray extra).
+
+One head node (127.0.0.2, 2 CPUs, token auth on) for the whole session, this process its driver; tests that
+need a second node add one on 127.0.0.3 (`worker_node`) and may stop it.
+"""
+
+import pytest
+
+pytest.importorskip("ray")
+
+import ray  # noqa: E402
+
+from tests.helpers import SHORT_RACES, write_config  # noqa: E402
+from trackmania_rl.config.live import LiveConfig  # noqa: E402
+from trackmania_rl.rollouts.ray import cluster  # noqa: E402
+
+MB = 2**20
+HEAD_CPUS = 2
+WORKER_CPUS = 2
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    head = cluster.LocalNode.head(num_cpus=HEAD_CPUS, object_store_bytes=200 * MB)
+    cluster.use_token_file(head.token_path)
+    cluster.connect(head.address)
+    yield head
+    ray.shutdown()
+    head.stop()
+
+
+@pytest.fixture
+def worker_node(ray_head):
+    node = cluster.LocalNode.worker(ray_head.address, ray_head.token_path, num_cpus=WORKER_CPUS, object_store_bytes=200 * MB)
+    node.node_id = node.wait_joined()
+    yield node
+    node.stop()
+
+
+@pytest.fixture
+def short_races_live(tmp_path):
+    """The live config of a run with 1.6 s races and a small network."""
+    path = write_config(tmp_path, SHORT_RACES)
+    return LiveConfig(path, game_backend="carracing", log=lambda m: None)

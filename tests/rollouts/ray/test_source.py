@@ -1,0 +1,127 @@
+"""The Ray source on a real single-node cluster with real CarRacing races: the envelope, the policy versions,
+pausing, backpressure, a `get` that never waits beyond its timeout, and the CPU bound on actors."""
+
+import time
+from types import SimpleNamespace
+
+import pytest
+import ray
+
+from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.config.loader import ConfigError
+from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.sources import SourceContext
+from trackmania_rl.rollouts.contract import RolloutShape, validate_envelope
+from trackmania_rl.rollouts.ray.actor import MAX_RACES_IN_FLIGHT
+from trackmania_rl.rollouts.ray.source import RaySource, make_ray_source
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _weights(cfg, seed: int) -> dict:
+    import torch
+
+    torch.manual_seed(seed)
+    return make_network(cfg, float_layout_for(cfg), len(cfg.inputs), "cpu").state_dict()
+
+
+def _next_race(source, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        envelope = source.get(timeout_s=0.5)
+        if envelope is not None:
+            return envelope
+    raise AssertionError(f"no race within {timeout_s} s")
+
+
+def test_races_arrive_as_valid_envelopes_paced_and_bounded(ray_head, short_races_live):
+    cfg = short_races_live.current
+    layout = float_layout_for(cfg)
+    shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
+    logs = []
+    source = RaySource(2, 1, short_races_live, "carracing", logs.append)
+    source.publish(1, _weights(cfg, 1))
+    source.start()
+    try:
+        collectors, versions = set(), set()
+        for _ in range(6):
+            rollout, end_race_stats, meta = validate_envelope(_next_race(source), shape)
+            assert meta["source"] == "ray" and "race_finished" in end_race_stats
+            collectors.add(meta["collector"])
+            versions.update(rollout["policy_version"])
+        assert collectors == {0, 1} and versions == {1}
+
+        # a newer publish reaches the actors, which record it per action
+        source.publish(2, _weights(cfg, 2))
+        deadline = time.monotonic() + 60
+        while 2 not in versions and time.monotonic() < deadline:
+            versions.update(_next_race(source)[0]["policy_version"])
+        assert 2 in versions
+
+        # backpressure: while nothing is taken, each actor has at most MAX_RACES_IN_FLIGHT races put
+        time.sleep(6)  # about 4 short races' time per actor
+        stats = ray.get([slot.handle.stats.remote() for slot in source.slots])
+        assert all(s["in_flight"] <= MAX_RACES_IN_FLIGHT for s in stats), stats
+        played_then = [s["races_played"] for s in stats]
+        time.sleep(4)
+        stats = ray.get([slot.handle.stats.remote() for slot in source.slots])
+        # full slots: a game plays at most one more race (which then waits for the sender) and stops
+        assert all(s["races_played"] - before <= 1 for s, before in zip(stats, played_then, strict=True)), (played_then, stats)
+
+        # get never waits beyond its timeout (races are pending, but also when none is ready)
+        while source.get(timeout_s=0.0) is not None:
+            pass
+        source.pause()
+        start = time.perf_counter()
+        for _ in range(5):
+            source.get(timeout_s=0.2)
+        assert time.perf_counter() - start < 5 * 0.2 + 1.0
+
+        # paused: once the races in flight and in play are taken, no new race comes
+        deadline = time.monotonic() + 30
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 4.0 and time.monotonic() < deadline:
+            if source.get(timeout_s=0.2) is not None:
+                quiet_since = time.monotonic()
+        assert time.monotonic() - quiet_since >= 4.0, "races kept coming while paused"
+        assert source.health().paused
+        source.resume()
+        _next_race(source, 30)
+
+        health = source.health()
+        assert (health.producers, health.alive, health.exhausted) == (2, 2, False)
+        figures = source.scalars()
+        assert figures["ray/actors_alive"] == 2 and figures["ray/races_lost"] == 0
+        assert figures["ray/actor0/game_step_ms"] > 0 and figures["ray/actor0/inference_ms"] > 0 and "ray/actor0/send_ms" in figures
+    finally:
+        source.stop()
+    assert any("0 lost" in line for line in source.summary())
+
+
+def test_an_actor_with_two_games_delivers_races_of_both(ray_head, short_races_live):
+    cfg = short_races_live.current
+    layout = float_layout_for(cfg)
+    shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
+    source = RaySource(1, 2, short_races_live, "carracing", lambda m: None)
+    source.publish(3, _weights(cfg, 3))
+    source.start()
+    try:
+        games, versions = set(), set()
+        for _ in range(6):
+            rollout, _, meta = validate_envelope(_next_race(source), shape)
+            assert meta["collector"] == 0
+            games.add(meta["game"])
+            versions.update(rollout["policy_version"])
+        assert games == {0, 1} and versions == {3}
+        stats = ray.get(source.slots[0].handle.stats.remote())
+        assert stats["in_flight"] <= MAX_RACES_IN_FLIGHT and not stats["errors"], stats
+    finally:
+        source.stop()
+
+
+def test_more_actors_than_the_cluster_has_cpus_is_refused_with_the_numbers(ray_head, short_races_live, tmp_path):
+    options = SimpleNamespace(ray=ray_head.address, ray_actors=3)
+    context = SourceContext(options, short_races_live, short_races_live.path, "carracing", None, tmp_path, lambda m: None)
+    with pytest.raises(ConfigError, match=r"--ray-actors 3: the Ray cluster at .* has 2 CPU\(s\)"):
+        make_ray_source(context)
+    assert ray.is_initialized()  # the connection it found is left as it was

@@ -1,0 +1,106 @@
+"""The Ray source on a real two-node cluster on this machine (head 127.0.0.2, worker 127.0.0.3, token auth on):
+one weight copy per node whatever the actors per node, an actor SIGKILLed mid-race, the worker node stopped."""
+
+import os
+import signal
+import time
+
+import pytest
+import ray
+
+from trackmania_rl.benchmarks.ray import weight_copies_per_node
+from trackmania_rl.games import float_layout_for
+from trackmania_rl.rollouts.contract import RolloutShape, validate_envelope
+from trackmania_rl.rollouts.ray.actor import MAX_RACES_IN_FLIGHT
+from trackmania_rl.rollouts.ray.source import RaySource
+
+from .test_source import _weights
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _actor_entries(source) -> dict:
+    table = ray._private.state.actors()
+    return {slot.index: table[slot.handle._actor_id.hex()] for slot in source.slots}
+
+
+def _wait_all_delivered(source, count: int, timeout_s: float = 90.0) -> list:
+    seen, envelopes = set(), []
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < count and time.monotonic() < deadline:
+        envelope = source.get(timeout_s=0.5)
+        if envelope is not None:
+            seen.add(envelope[2]["collector"])
+            envelopes.append(envelope)
+    assert len(seen) == count, f"only actors {sorted(seen)} delivered within {timeout_s} s"
+    return envelopes
+
+
+def test_all_actors_of_a_node_read_one_copy_of_the_weights(ray_head, worker_node, short_races_live):
+    cfg = short_races_live.current
+    source = RaySource(4, 1, short_races_live, "carracing", lambda m: None)
+    source.publish(1, _weights(cfg, 1))
+    source.start()
+    try:
+        _wait_all_delivered(source, 4)
+        measured = weight_copies_per_node(source, 2, _weights(cfg, 2))
+    finally:
+        source.stop()
+    assert measured["actors_per_node"] == {ray_head.ip: 2, worker_node.ip: 2}, measured
+    # each node's object store holds the weights once: 2 actors per node did not make 2 copies
+    assert all(0.95 <= copies <= 1.2 for copies in measured["copies"].values()), measured
+    assert measured["all_views_of_object_store"] and measured["nodes_listed_by_ray"] == 2, measured
+
+
+def test_a_killed_actor_is_restarted_and_a_stopped_node_never_blocks_the_learner(ray_head, worker_node, short_races_live):
+    cfg = short_races_live.current
+    layout = float_layout_for(cfg)
+    shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
+    logs = []
+    source = RaySource(2, 1, short_races_live, "carracing", logs.append)  # SPREAD: one actor on each node
+    source.publish(1, _weights(cfg, 1))
+    source.start()
+    try:
+        _wait_all_delivered(source, 2)
+        entries = _actor_entries(source)
+        on_worker = next(i for i, e in entries.items() if e["Address"]["IPAddress"] == worker_node.ip)
+        on_head = next(i for i, e in entries.items() if e["Address"]["IPAddress"] == ray_head.ip)
+
+        # SIGKILL the head node's actor in the middle of its races, then publish while it is down
+        os.kill(entries[on_head]["Pid"], signal.SIGKILL)
+        source.publish(2, _weights(cfg, 2))
+        deadline = time.monotonic() + 90
+        after_restart = None
+        while after_restart is None and time.monotonic() < deadline:
+            envelope = source.get(timeout_s=0.5)
+            if envelope is not None:
+                validate_envelope(envelope, shape)
+                if envelope[2]["collector"] == on_head and source.slots[on_head].restarts == 1:
+                    after_restart = envelope
+        assert after_restart is not None, "the killed actor delivered nothing after its restart:\n" + "\n".join(logs)
+        assert min(after_restart[0]["policy_version"]) == 2  # the restarted actor pulled the weights again
+        assert _actor_entries(source)[on_head]["NumRestarts"] == 1
+        assert source.slots[on_head].lost <= MAX_RACES_IN_FLIGHT and source.slots[on_worker].lost == 0
+        assert any("was restarted" in line for line in logs)
+
+        # the worker node leaves: its actor is rescheduled on the head (1 CPU free there) or left pending;
+        # every get returns within its timeout, and the head's actor keeps delivering
+        worker_node.stop()
+        stopped = time.monotonic()
+        longest_get, delivered = 0.0, {on_head: 0, on_worker: 0}
+        while time.monotonic() - stopped < 25:
+            start = time.perf_counter()
+            envelope = source.get(timeout_s=0.3)
+            longest_get = max(longest_get, time.perf_counter() - start)
+            if envelope is not None:
+                validate_envelope(envelope, shape)
+                delivered[envelope[2]["collector"]] += 1
+            health = source.health()
+            assert not health.exhausted
+        assert longest_get < 0.3 + 1.0, longest_get
+        assert delivered[on_head] >= 3, delivered
+        state = _actor_entries(source)[on_worker]["State"]
+        assert state in ("ALIVE", "RESTARTING", "PENDING_CREATION"), state
+    finally:
+        source.stop()
+    assert "lost with their actor or node" in source.summary()[-1]

@@ -1,0 +1,260 @@
+"""Ray source figures (issue 14, DESIGN §5), on real clusters of loopback nodes on this machine, learner not training.
+
+- `ray.actions_per_s_ratio`: actions/s of N Ray collector actors ÷ N local collector processes, same machine, same
+  config, same count, each counted over the same window after each producer's warm-up race; the two kinds are
+  measured alternately, `repeats` times each, N = 1 and 2 (2 repeats, 30 s windows); the figure is the smaller of the two medians' ratios.
+  Target >= 0.95.
+- `ray.weight_copies_per_node_per_publish`: after a publish that every actor has pulled, with the actors paused
+  and no race in flight, each node's object-store bytes ÷ the weights object's size, on a two-node cluster with
+  2 actors per node (`weight_copies_per_node`); the figure is the largest over the nodes. Target 1. Also says
+  whether each actor's arrays are read-only views of the object store (no private copy).
+- `ray.ingest_fraction`: learner time to take one race (`source.get`: ray.get, array views back into lists) and
+  store it (`ingest_envelope`) ÷ that race's play time. Median. Target <= 0.02.
+- `ray.actions_per_s_per_actor_k{K}`: one actor playing K games side by side (ray_games_per_actor), K = 1, 2, 4.
+- the per-rollout and per-publish costs docs/cluster.md's estimate starts from: race MB, publish ms and MB.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import ray
+import torch
+import torch.multiprocessing as torch_mp
+
+from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, _local_source, default_config_copy, measure_ingest, source_actions_per_s
+from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.learner import Learner
+from trackmania_rl.rollouts.local.shared_network import SharedNetwork
+from trackmania_rl.rollouts.ray import cluster
+from trackmania_rl.rollouts.ray.source import MB, RaySource
+
+QUIET_TIMEOUT_S = 60.0
+
+
+def _quiet_log(message: str) -> None:
+    return None
+
+
+def _ray_source(live, count: int, games: int = 1) -> RaySource:
+    source = RaySource(count, games, live, GAME_BACKEND, _quiet_log)
+    return source
+
+
+def _run_ray(live, weights, count: int, window_s: float, games: int = 1) -> float:
+    source = _ray_source(live, count, games)
+    source.publish(1, weights)
+    source.start()
+    try:
+        return source_actions_per_s(source, count, window_s)
+    finally:
+        _stop_actors(source)
+
+
+def _run_local(ctx, config_path, shared, count: int, window_s: float) -> float:
+    source = _local_source(ctx, config_path, shared, count)
+    source.start()
+    try:
+        return source_actions_per_s(source, count, window_s)
+    finally:
+        source.stop()
+
+
+def _stop_actors(source: RaySource) -> None:
+    """Stop the actors and the store, staying connected (the source did not connect this process)."""
+    source.stop()
+    deadline = time.monotonic() + 30  # wait until the cluster has their CPUs back
+    while time.monotonic() < deadline and ray.available_resources().get("CPU", 0) < ray.cluster_resources().get("CPU", 0):
+        time.sleep(0.2)
+
+
+def node_object_store_bytes() -> dict[str, int]:
+    """Bytes used in each live node's object store, by node IP."""
+    from ray._private import internal_api
+
+    used = {}
+    for node in ray.nodes():
+        if node["Alive"]:
+            reply = internal_api.node_stats(node["NodeManagerAddress"], node["NodeManagerPort"], include_memory_info=False)
+            used[node["NodeManagerAddress"]] = int(reply.store_stats.object_store_bytes_used)
+    return used
+
+
+def quiesce(source: RaySource, timeout_s: float = QUIET_TIMEOUT_S) -> None:
+    """Pause the actors and take every race they put, until none is in flight and none is being played."""
+    source.pause()
+    deadline = time.monotonic() + timeout_s
+    previous = None
+    while time.monotonic() < deadline:
+        while source.get(timeout_s=0.3) is not None:
+            pass
+        stats = ray.get([slot.handle.stats.remote() for slot in source.slots])
+        played = [s["races_played"] for s in stats]
+        if all(s["paused"] and s["in_flight"] == 0 for s in stats) and not source.pending and played == previous:
+            return
+        previous = played
+        time.sleep(1.0)
+    raise RuntimeError(f"the actors did not go quiet within {timeout_s:g} s")
+
+
+def _stable_object_store_bytes(settle_s: float = 2.0, timeout_s: float = 20.0) -> dict[str, int]:
+    """Each node's object-store bytes once they stopped changing for `settle_s` (objects are freed asynchronously)."""
+    used, stable_since = node_object_store_bytes(), time.monotonic()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() - stable_since < settle_s and time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = node_object_store_bytes()
+        if now != used:
+            used, stable_since = now, time.monotonic()
+    return used
+
+
+def weight_copies_per_node(source: RaySource, version: int, weights: dict) -> dict:
+    """Publish `weights` as `version` through the source, have every actor pull it, and count the new copies in each
+    node's object store: the growth of its bytes ÷ the weights object's size. The actors are paused with no race in
+    flight, and the previous weights are kept alive meanwhile, so that nothing else comes or goes."""
+    quiesce(source)
+    previous = source.weights_ref  # noqa: F841 (held: its copies must not be freed between the two readings)
+    before = _stable_object_store_bytes()
+    source.publish(version, weights)
+    ray.get(source.store.status.remote())  # the store has it (the learner's calls to it run in order)
+    held = ray.get([slot.handle.hold_newest_weights.remote() for slot in source.slots])
+    if any(h["version"] != version for h in held):
+        raise RuntimeError(f"not every actor pulled version {version}: {held}")
+    after = _stable_object_store_bytes()
+    ref = source.weights_ref
+    location = ray.experimental.get_object_locations([ref])[ref]
+    size = location["object_size"]
+    ip_of = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
+    actors_per_node: dict[str, int] = {}
+    for h in held:
+        ip = ip_of[h["node_id"]]
+        actors_per_node[ip] = actors_per_node.get(ip, 0) + 1
+    return {
+        "object_bytes": size,
+        "copies": {ip: round((after.get(ip, 0) - before.get(ip, 0)) / size, 3) for ip in actors_per_node},
+        "actors_per_node": actors_per_node,
+        "all_views_of_object_store": all(h["views_of_object_store"] for h in held),
+        "nodes_listed_by_ray": len(location["node_ids"]),
+    }
+
+
+def run(args):
+    torch.set_num_threads(1)
+    window_s = 15.0 if args.quick else 30.0
+    repeats = 1 if args.quick else 2
+    workdir = Path(tempfile.mkdtemp(prefix="ray_benchmark_"))
+    head = worker = None
+    try:
+        config_path, live = default_config_copy(workdir)
+        cfg = live.current
+        layout = float_layout_for(cfg)
+        network = make_network(cfg, layout, len(cfg.inputs))
+        weights = {k: v.detach() for k, v in network.state_dict().items()}
+        ctx = torch_mp.get_context("spawn")
+        shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs)), ctx)
+        shared.publish(1, weights)
+
+        head = cluster.LocalNode.head(num_cpus=2, object_store_bytes=256 * MB)
+        cluster.use_token_file(head.token_path)
+        cluster.connect(head.address)
+
+        # the costs of one publish: numpy conversion + one put
+        probe = _ray_source(live, 0)
+        publish_ms = []
+        for version in range(1, 12):
+            start = time.perf_counter()
+            probe.publish(version, weights)
+            publish_ms.append(1000 * (time.perf_counter() - start))
+        weights_mb = ray.experimental.get_object_locations([probe.weights_ref])[probe.weights_ref]["object_size"] / MB
+        _stop_actors(probe)
+        publish = round(statistics.median(publish_ms[1:]), 2)
+        yield {"figure": "ray.publish_ms", "value": publish, "unit": "ms", "weights_mb": round(weights_mb, 3)}
+
+        # ingest: one actor feeding a learner that does not train
+        n_races = 8 if args.quick else 30
+        source = _ray_source(live, 1)
+        learner = Learner(live, layout, torch.device("cpu"), workdir / "run", source=source, log=_quiet_log, resume=False)
+        source.publish(1, weights)
+        source.start()
+        try:
+            ingest = measure_ingest(source, learner, n_races)
+        finally:
+            _stop_actors(source)
+        yield {
+            "figure": "ray.ingest_fraction",
+            "value": round(statistics.median(ingest["fractions"]), 5),
+            "unit": "ratio",
+            "target": "<= 0.02",
+            "take_ms_median": round(statistics.median(ingest["take_ms"]), 2),
+            "rollout_play_s_median": round(statistics.median(ingest["play_s"]), 2),
+            "race_frames_mb_median": round(statistics.median(ingest["frames_mb"]), 3),
+            "rollouts": len(ingest["fractions"]),
+        }
+
+        # throughput against local processes, alternated
+        ratios = {}
+        for count in (1, 2):
+            local_runs, ray_runs = [], []
+            for repeat in range(repeats):
+                order = ("local", "ray") if repeat % 2 == 0 else ("ray", "local")
+                for kind in order:
+                    if kind == "local":
+                        local_runs.append(_run_local(ctx, config_path, shared, count, window_s))
+                    else:
+                        ray_runs.append(_run_ray(live, weights, count, window_s))
+            local, remote = statistics.median(local_runs), statistics.median(ray_runs)
+            ratios[count] = remote / local
+            yield {
+                "figure": f"ray.actions_per_s_n{count}",
+                "value": round(remote, 1),
+                "unit": "actions/s",
+                "local_actions_per_s": round(local, 1),
+                "ray_runs": [round(r, 1) for r in ray_runs],
+                "local_runs": [round(r, 1) for r in local_runs],
+                "window_s": window_s,
+            }
+        yield {
+            "figure": "ray.actions_per_s_ratio",
+            "value": round(min(ratios.values()), 3),
+            "unit": "ratio",
+            "target": ">= 0.95",
+            "ratio_n1": round(ratios[1], 3),
+            "ratio_n2": round(ratios[2], 3),
+        }
+
+        # K games per actor
+        for games in (1, 2, 4):
+            rate = _run_ray(live, weights, 1, window_s, games=games)
+            yield {"figure": f"ray.actions_per_s_per_actor_k{games}", "value": round(rate, 1), "unit": "actions/s", "games": games}
+
+        # one weight copy per node: a second node, 2 actors on each
+        worker = cluster.LocalNode.worker(head.address, head.token_path, num_cpus=2, object_store_bytes=256 * MB)
+        worker.wait_joined()
+        source = _ray_source(live, 4)
+        source.publish(1, weights)
+        source.start()
+        try:
+            source_actions_per_s(source, 4, 0.0)  # every actor has played (and pulled) once
+            copies = weight_copies_per_node(source, 2, weights)
+        finally:
+            _stop_actors(source)
+        yield {
+            "figure": "ray.weight_copies_per_node_per_publish",
+            "value": max(copies["copies"].values()),
+            "unit": "copies",
+            "target": "1",
+            **copies,
+        }
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        for node in (worker, head):
+            if node is not None:
+                node.stop()
+        shutil.rmtree(workdir, ignore_errors=True)

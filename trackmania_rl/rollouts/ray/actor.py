@@ -1,0 +1,303 @@
+"""A collector actor on a Ray node: K games (threads) playing races, and a sender thread (DESIGN §2, §7).
+
+Each game is a `RacePlayer` (rollouts/race.py), as in a local collector process; its weights come from the
+policy store (`StoreWeights`: the store's version is polled by a background thread, the weights object is
+`ray.get` only when newer, and read as views of the node's one copy). A finished race goes to the sender
+thread, which puts it in the object store as contiguous numpy arrays (race_arrays.py). At most
+`MAX_RACES_IN_FLIGHT` races are put and not yet acknowledged by the learner; when the slots are full the
+sender waits, and the games wait for the sender: nothing grows without bound (backpressure). While the store
+says paused, no game starts a new race.
+
+The learner asks for finished races with `handoff` (which waits a little for one) and acknowledges what it
+took with `acknowledge`. Every (re)start of the actor is a new `incarnation`: a restarted actor starts from
+the values it was created with, pulls the weights and the config again, and its predecessor's races are gone.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import threading
+import time
+import traceback
+import uuid
+import warnings
+from collections import deque
+
+import numpy as np
+import ray
+import torch
+
+from trackmania_rl.agents.acting import use_acting_torch_settings
+from trackmania_rl.config.values import config_from_values
+from trackmania_rl.rollouts.race import RacePlayer
+from trackmania_rl.rollouts.ray import race_arrays
+
+SOURCE_NAME = "ray"  # meta["source"] of every race an actor plays
+MAX_RACES_IN_FLIGHT = 2  # per actor: put in the object store and not yet taken by the learner
+STATUS_POLL_S = 0.1  # how often an actor asks the policy store for the version, the pause flag and progress
+PAUSED_SLEEP_S = 0.05
+STORE_CALL_TIMEOUT_S = 10.0
+ACTOR_SEED_BASE = 2_000
+HANDOFF_WAIT_S = 1.0  # a handoff call returns at once when a race is ready, else after this
+ACTOR_CONCURRENCY = 4  # handoff waits while acknowledge, stats and the measurements are answered
+
+
+class _ArraysAsNetwork:
+    """What `load_state_dict_from` reads (a module's `state_dict()`), over the store's numpy arrays."""
+
+    def __init__(self, arrays: dict):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # read-only views of the object store: torch warns, we only read them
+            self._tensors = {name: torch.from_numpy(array) for name, array in arrays.items()}
+
+    def state_dict(self) -> dict:
+        return self._tensors
+
+
+class StoreWeights:
+    """`fetch_into(copy_weights, known_version)` (the RacePlayer's weights protocol) over the policy store.
+
+    The version is the one last polled by the actor's status thread: no call is made unless it moved. The
+    arrays of the newest version are kept while the actor runs (views of the node's copy, no bytes of their
+    own), so the K games of an actor pull each version once."""
+
+    def __init__(self, store, timings):
+        self.store = store
+        self.timings = timings
+        self.known_version = 0  # the store's, as last polled
+        self._lock = threading.Lock()
+        self._version = 0
+        self._arrays: dict | None = None
+
+    @property
+    def version(self) -> int:
+        """The version of the weights this actor holds (0: none pulled yet)."""
+        return self._version
+
+    def newest_arrays(self) -> tuple[int, dict | None]:
+        with self._lock:
+            if self.known_version != self._version or self._arrays is None:
+                start = time.perf_counter()
+                version, (ref,) = ray.get(self.store.weights.remote(), timeout=STORE_CALL_TIMEOUT_S)
+                if ref is not None:
+                    self._arrays = ray.get(ref, timeout=STORE_CALL_TIMEOUT_S)
+                    self._version = version
+                    self.timings.add("weight_pull_ms", 1000 * (time.perf_counter() - start))
+            return self._version, self._arrays
+
+    def fetch_into(self, copy_weights, known_version: int) -> int:
+        if self.known_version == known_version:
+            return known_version
+        version, arrays = self.newest_arrays()
+        if arrays is None:  # nothing published yet: the network's own initial weights are version 0
+            return 0
+        if version == known_version:
+            return known_version
+        copy_weights(_ArraysAsNetwork(arrays))
+        return version
+
+
+class Timings:
+    """Sums and counts of the actor's pipeline timings since the last `take()`."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._sums: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, name: str, value: float, count: int = 1) -> None:
+        with self._lock:
+            self._sums[name] = self._sums.get(name, 0.0) + value
+            self._counts[name] = self._counts.get(name, 0) + count
+
+    def take(self) -> dict[str, float]:
+        """Means per occurrence (per action for the per-action figures) since the last call."""
+        with self._lock:
+            means = {name: self._sums[name] / max(1, self._counts[name]) for name in self._sums}
+            self._sums.clear()
+            self._counts.clear()
+        return means
+
+
+class _TimedPolicy:
+    """The player's policy, its decisions timed (inference, exploration included)."""
+
+    def __init__(self, policy, timings: Timings):
+        self._policy = policy
+        self._timings = timings
+        self.seconds = 0.0
+
+    def __getattr__(self, name):
+        return getattr(self._policy, name)
+
+    def __call__(self, frame, state_float):
+        start = time.perf_counter()
+        result = self._policy(frame, state_float)
+        self.seconds += time.perf_counter() - start
+        return result
+
+    def update_network(self) -> None:
+        self._policy.update_network()
+
+
+class CollectorActor:
+    def __init__(self, index: int, actors_count: int, games: int, game_backend: str, store):
+        use_acting_torch_settings()  # one torch thread, the collector's acting settings
+        self.index = index
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.store = store
+        self.timings = Timings()
+        self.weights = StoreWeights(store, self.timings)
+        self.game_backend = game_backend
+        # the config comes from the store, not as an argument: a restarted actor gets the current values (and
+        # Ray keeps no large creation arguments around for restarts)
+        self.config_version, values = ray.get(store.config.remote(), timeout=STORE_CALL_TIMEOUT_S)
+        self.cfg = config_from_values(values, game_backend)
+        self.paused = False
+        self.frames_played = 0
+        self.stopping = threading.Event()
+        self.send_queue: queue.Queue = queue.Queue(maxsize=1)  # a game waits here while the sender is full
+        self.outbox: deque = deque()  # refs of races put and not yet handed to the learner
+        self.slots = threading.Condition()
+        self.races_put = 0
+        self.acknowledged = 0
+        self.races_played = 0
+        self.errors: list[str] = []
+        self.players = []
+        self._poll_once()  # the weights version, the pause flag and the config before the first race
+        for game in range(games):
+            seed = ACTOR_SEED_BASE + index * games + game
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)
+            player = RacePlayer(self.cfg, game_backend, self.weights, index * games + game, actors_count * games, SOURCE_NAME, self._log)
+            player.policy = _TimedPolicy(player.policy, self.timings)
+            self.players.append(player)
+        self.threads = [threading.Thread(target=self._poll_store, daemon=True), threading.Thread(target=self._send, daemon=True)]
+        self.threads += [threading.Thread(target=self._play, args=(player, game), daemon=True) for game, player in enumerate(self.players)]
+        for thread in self.threads:
+            thread.start()
+
+    def _log(self, message: str) -> None:
+        print(f"[ray actor {self.index}] {message}", flush=True)
+
+    # ------------------------------------------------------------------------------ threads
+    def _poll_store(self) -> None:
+        while not self.stopping.wait(STATUS_POLL_S):
+            self._poll_once()
+
+    def _poll_once(self) -> None:
+        try:
+            version, paused, frames_played, config_version = ray.get(self.store.status.remote(), timeout=STORE_CALL_TIMEOUT_S)
+            self.weights.known_version = version
+            self.paused, self.frames_played = paused, frames_played
+            if config_version != self.config_version:
+                config_version, values = ray.get(self.store.config.remote(), timeout=STORE_CALL_TIMEOUT_S)
+                self.cfg = config_from_values(values, self.game_backend)
+                self.config_version = config_version
+        except Exception as e:  # the store restarting, a config that does not load: keep playing with what we have
+            self._note_error(f"policy store: {type(e).__name__}: {e}")
+
+    def _play(self, player: RacePlayer, game: int) -> None:
+        try:
+            while not self.stopping.is_set():
+                if self.paused:  # paced by the learner: alive, but no new race
+                    time.sleep(PAUSED_SLEEP_S)
+                    continue
+                if player.cfg is not self.cfg:
+                    player.update_config(self.cfg)
+                policy = player.policy
+                policy.seconds = 0.0
+                envelope = player.play(self.frames_played)
+                if envelope is None:  # the game crashed: logged by the player, the race dropped
+                    continue
+                self.races_played += 1
+                actions = len(envelope.rollout_results["actions"])
+                meta = envelope.meta
+                game_s = meta["rollout_duration_s"] - policy.seconds
+                if actions:
+                    self.timings.add("inference_ms", 1000 * policy.seconds, actions)
+                    self.timings.add("game_step_ms", 1000 * game_s, actions)
+                meta["actor_incarnation"] = self.incarnation
+                meta["game"] = game  # which of the actor's K games (meta["collector"] is the actor)
+                wait_start = time.perf_counter()
+                while not self.stopping.is_set():
+                    try:
+                        self.send_queue.put(envelope, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                self.timings.add("backpressure_wait_ms", 1000 * (time.perf_counter() - wait_start))
+                player.handed_off()
+        except Exception:
+            # a broken game would leave the actor alive and silent: end its process, Ray restarts it (a bounded
+            # number of times, after which the source reports it dead)
+            self._note_error("a game stopped by an error, the actor exits to be restarted:\n" + traceback.format_exc())
+            os._exit(1)
+
+    def _send(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                envelope = self.send_queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            with self.slots:  # backpressure: wait for a free slot
+                while self.races_put - self.acknowledged >= MAX_RACES_IN_FLIGHT and not self.stopping.is_set():
+                    self.slots.wait(0.5)
+            start = time.perf_counter()
+            envelope.meta["put_time"] = time.time()
+            ref = ray.put(race_arrays.to_arrays(envelope))
+            self.timings.add("send_ms", 1000 * (time.perf_counter() - start))
+            with self.slots:
+                self.outbox.append(ref)
+                self.races_put += 1
+                self.slots.notify_all()
+
+    def _note_error(self, message: str) -> None:
+        if message not in self.errors:
+            self.errors.append(message)
+            self._log(message)
+
+    # ------------------------------------------------------------------------------ called by the learner
+    def handoff(self, wait_s: float = HANDOFF_WAIT_S) -> dict:
+        """The races put since the last handoff (as refs; possibly none after `wait_s`), and who we are."""
+        with self.slots:
+            if not self.outbox:
+                self.slots.wait(wait_s)
+            races = list(self.outbox)
+            self.outbox.clear()
+        return {"incarnation": self.incarnation, "races": races}
+
+    def acknowledge(self, taken: int) -> None:
+        """The learner has taken (or given up on) `taken` races of this incarnation: their slots are free."""
+        with self.slots:
+            self.acknowledged = max(self.acknowledged, int(taken))
+            self.slots.notify_all()
+
+    def stats(self) -> dict:
+        with self.slots:
+            in_flight = self.races_put - self.acknowledged
+        return {
+            "incarnation": self.incarnation,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "races_played": self.races_played,
+            "in_flight": in_flight,
+            "paused": self.paused,
+            "policy_version": self.weights.version,
+            "errors": list(self.errors),
+            "timings": self.timings.take(),
+        }
+
+    def hold_newest_weights(self) -> dict:
+        """Measurement: pull the newest weights now (if not yet) and report how this actor holds them."""
+        self._poll_once()
+        version, arrays = self.weights.newest_arrays()
+        views = [not array.flags.owndata and not array.flags.writeable for array in (arrays or {}).values()]
+        return {"version": version, "node_id": ray.get_runtime_context().get_node_id(), "views_of_object_store": bool(views) and all(views)}
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.slots:
+            self.slots.notify_all()

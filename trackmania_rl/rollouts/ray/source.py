@@ -1,0 +1,370 @@
+"""The Ray rollout source: collector actors over a Ray cluster, the learner as the driver (DESIGN §2, §7).
+
+`make_ray_source(context)` connects to the cluster (`--ray auto` starts a local one on loopback, see
+cluster.py; an address joins a running one), checks that the cluster has a CPU for each actor and starts
+the policy store. `start()` creates the actors (one CPU each, spread over the nodes, restarted by Ray when
+their process dies).
+
+The learner's side of the pipeline, all from its own thread and never blocking beyond `get`'s timeout:
+- each actor has one `handoff` call outstanding, answered with the refs of the races it put; `get` waits
+  (`ray.wait`, bounded by its timeout) on those calls and on the refs, takes one ready race, acknowledges it
+  (the actor's slot is free again: at most 2 in flight per actor) and turns it back into the contract's
+  envelope. A race whose owner died with it (the actor restarted, its node left) is counted as lost;
+- `publish` converts the weights to numpy once and puts them once; the policy store hands the ref to the
+  actors, which pull it only when newer;
+- `pause`/`resume` set the store's flag, `learner_progress` its frame count and, after a live edit, the
+  config values the actors play with.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import ray
+from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError, RayActorError, RayError
+
+from trackmania_rl.config.loader import ConfigError
+from trackmania_rl.config.values import config_to_values
+from trackmania_rl.rollouts.contract import POLICY_VERSION
+from trackmania_rl.rollouts.ray import cluster, race_arrays
+from trackmania_rl.rollouts.ray.actor import HANDOFF_WAIT_S, SOURCE_NAME, CollectorActor
+from trackmania_rl.rollouts.ray.policy_store import start_policy_store
+from trackmania_rl.rollouts.source import RolloutSource, SourceHealth
+
+ACTOR_MAX_RESTARTS = 20  # restarts of one actor by Ray before it is left dead
+HEALTH_PERIOD_S = 2.0  # how often the actor table is read (one call to the cluster's control store)
+PROGRESS_PERIOD_S = 1.0  # how often the learner's frame count is sent to the policy store
+RETRY_HANDOFF_S = 1.0  # after a failed handoff (actor restarting or dead), before asking again
+STATS_TIMEOUT_S = 5.0
+GET_TIMEOUT_S = 10.0  # a race reported ready is local: this only bounds a pathological case
+MB = 2**20
+
+
+@dataclass
+class ActorSlot:
+    index: int
+    handle: object
+    incarnation: str | None = None
+    restarts: int = 0  # incarnations seen after the first
+    taken: int = 0  # races of this incarnation taken or given up (acknowledged to the actor)
+    races: int = 0  # races taken from this slot over the run
+    lost: int = 0
+    handoff: object = None  # the outstanding handoff call's ref
+    retry_at: float = 0.0
+    state: str = "PENDING_CREATION"  # as the cluster's actor table says
+    node_ip: str = ""
+    ray_restarts: int = 0  # as the cluster's actor table counts them
+
+
+@dataclass
+class PendingRace:
+    ref: object
+    slot: ActorSlot
+    incarnation: str
+
+
+class RaySource(RolloutSource):
+    name = SOURCE_NAME
+
+    def __init__(self, actors_count: int, games_per_actor: int, live, game_backend: str, log, local_cluster=None, owns_connection=False):
+        self.actors_count = actors_count
+        self.games_per_actor = games_per_actor
+        self.live = live
+        self.game_backend = game_backend
+        self.log = log
+        self.local_cluster = local_cluster  # the node `--ray auto` started, stopped with the source
+        self.owns_connection = owns_connection  # this source connected the process to the cluster: it disconnects
+        self.weights_ref = None  # the last published weights object
+        self._cfg = live.current
+        self.store = start_policy_store(config_to_values(self._cfg))
+        self.slots: list[ActorSlot] = []
+        self.pending: deque[PendingRace] = deque()
+        self.version = 0
+        self.paused = False
+        self._progress_sent_at = 0.0
+        self._health_at = 0.0
+        self._health: SourceHealth | None = None
+        self._restarts_seen = 0
+        self._window = {"ingest_ms": [], "delivery_s": [], "policy_lag": [], "race_mb": []}
+        self._lost_in_window = 0
+        self.lost = 0
+        self.stopped = False
+
+    # ------------------------------------------------------------------------------------------ start
+    def start(self) -> None:
+        remote = ray.remote(CollectorActor).options(
+            num_cpus=1,
+            max_restarts=ACTOR_MAX_RESTARTS,
+            max_task_retries=0,
+            max_concurrency=4,
+            scheduling_strategy="SPREAD",
+        )
+        for index in range(self.actors_count):
+            handle = remote.remote(index, self.actors_count, self.games_per_actor, self.game_backend, self.store)
+            self.slots.append(ActorSlot(index, handle))
+        for slot in self.slots:
+            self._ask(slot)
+        self.log(f"Ray: {self.actors_count} collector actor(s), {self.games_per_actor} game(s) each, on {_nodes_summary()}")
+
+    def _ask(self, slot: ActorSlot) -> None:
+        slot.handoff = slot.handle.handoff.remote(HANDOFF_WAIT_S)
+
+    # ------------------------------------------------------------------------------------------ races in
+    def get(self, timeout_s: float):
+        deadline = time.perf_counter() + max(0.0, timeout_s)
+        while True:
+            self._collect_handoffs()
+            if self.pending:
+                ready, _ = ray.wait([race.ref for race in self.pending], num_returns=1, timeout=0, fetch_local=True)
+                if ready:
+                    envelope = self._take(ready[0])
+                    if envelope is not None:
+                        return envelope
+                    continue
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return None
+            waitables = [race.ref for race in self.pending] + [slot.handoff for slot in self.slots if slot.handoff is not None]
+            if waitables:
+                ray.wait(waitables, num_returns=1, timeout=min(remaining, HANDOFF_WAIT_S), fetch_local=True)
+            else:  # every actor restarting or dead: nothing to wait on but the clock
+                time.sleep(min(remaining, 0.05))
+
+    def _collect_handoffs(self) -> None:
+        now = time.perf_counter()
+        calls = [slot.handoff for slot in self.slots if slot.handoff is not None]
+        ready = set(ray.wait(calls, num_returns=len(calls), timeout=0, fetch_local=True)[0]) if calls else set()
+        for slot in self.slots:
+            if slot.handoff is None:
+                if now >= slot.retry_at and not self.stopped:
+                    self._ask(slot)
+                continue
+            if slot.handoff not in ready:
+                continue
+            try:
+                reply = ray.get(slot.handoff, timeout=GET_TIMEOUT_S)
+            except (RayActorError, RayError):  # it died; Ray restarts it (or it is dead for good): ask again later
+                slot.handoff, slot.retry_at = None, now + RETRY_HANDOFF_S
+                continue
+            self._note_incarnation(slot, reply["incarnation"])
+            self.pending.extend(PendingRace(ref, slot, reply["incarnation"]) for ref in reply["races"])
+            self._ask(slot)
+
+    def _note_incarnation(self, slot: ActorSlot, incarnation: str) -> None:
+        if slot.incarnation == incarnation:
+            return
+        if slot.incarnation is not None:
+            slot.restarts += 1
+            self.log(f"Ray actor {slot.index} was restarted ({slot.restarts} time(s)); it pulls the weights again")
+        slot.incarnation, slot.taken = incarnation, 0
+
+    def _take(self, ref):
+        race = next(r for r in self.pending if r.ref == ref)
+        self.pending.remove(race)
+        slot = race.slot
+        start = time.perf_counter()
+        try:
+            message = ray.get(ref, timeout=GET_TIMEOUT_S)
+        except (OwnerDiedError, ObjectLostError, RayActorError, GetTimeoutError, RayError) as e:
+            slot.lost += 1
+            self.lost += 1
+            self._lost_in_window += 1
+            self.log(f"Ray actor {slot.index}: a race was lost with its owner ({type(e).__name__}); the run goes on")
+            return None
+        finally:
+            if race.incarnation == slot.incarnation:
+                slot.taken += 1
+                slot.handle.acknowledge.remote(slot.taken)  # frees its slot; no answer awaited
+        envelope = race_arrays.to_envelope(message)
+        self._window["ingest_ms"].append(1000 * (time.perf_counter() - start))
+        meta = envelope[2]
+        meta["collector"] = slot.index
+        self._window["delivery_s"].append(max(0.0, time.time() - meta.get("put_time", time.time())))
+        versions = envelope[0][POLICY_VERSION]
+        if versions:
+            self._window["policy_lag"].append(self.version - min(versions))
+        self._window["race_mb"].append(race_arrays.nbytes(message) / MB)
+        slot.races += 1
+        return envelope
+
+    # ------------------------------------------------------------------------------------------ to actors
+    def publish(self, version: int, weights: dict) -> None:
+        arrays = {name: tensor.detach().cpu().numpy() for name, tensor in weights.items()}
+        self.weights_ref = ray.put(arrays)  # the one copy every actor reads (per node)
+        self.store.publish.remote(int(version), [self.weights_ref])
+        self.version = int(version)
+
+    def pause(self) -> None:
+        if not self.paused:
+            self.paused = True
+            self.store.set_paused.remote(True)
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self.store.set_paused.remote(False)
+
+    def learner_progress(self, frames_played: int, batches_done: int) -> None:
+        now = time.perf_counter()
+        if now - self._progress_sent_at >= PROGRESS_PERIOD_S:
+            self._progress_sent_at = now
+            self.store.set_frames_played.remote(int(frames_played))
+        if self.live.current is not self._cfg:  # a live edit: the actors play with the new values
+            self._cfg = self.live.current
+            self.store.set_config.remote(config_to_values(self._cfg))
+
+    # ------------------------------------------------------------------------------------------ health
+    def health(self) -> SourceHealth:
+        now = time.perf_counter()
+        if self._health is None or now - self._health_at >= HEALTH_PERIOD_S:
+            self._health_at = now
+            self._health = self._check()
+            return self._health
+        last = self._health  # between checks: the last report, nothing newly replaced
+        return SourceHealth(self.name, last.producers, last.alive, [], self.paused, last.active, last.exhausted)
+
+    def _check(self) -> SourceHealth:
+        try:
+            table = ray._private.state.actors()
+        except Exception as e:  # the control store briefly unreachable: report the last known state
+            self.log(f"Ray: could not read the actor table ({type(e).__name__}: {e})")
+            table = {}
+        replaced = []
+        for slot in self.slots:
+            entry = table.get(slot.handle._actor_id.hex())
+            if entry is None:
+                continue
+            restarts = int(entry.get("NumRestarts", 0))
+            if restarts > slot.ray_restarts:
+                replaced.append(slot.index)
+                slot.ray_restarts = restarts
+            slot.state = entry.get("State", slot.state)
+            slot.node_ip = (entry.get("Address") or {}).get("IPAddress", "")
+        self._drop_orphans()
+        alive = sum(1 for slot in self.slots if slot.state == "ALIVE")
+        dead = sum(1 for slot in self.slots if slot.state == "DEAD")
+        active = len(self.slots) - dead
+        return SourceHealth(self.name, len(self.slots), alive, replaced, self.paused, active, exhausted=bool(self.slots) and active == 0)
+
+    def _drop_orphans(self) -> None:
+        """Count as lost the races of an actor's previous incarnation whose object died with it (Ray may not report
+        them ready to `ray.wait`), so that nothing waits on them for ever."""
+        for race in [r for r in self.pending if r.incarnation != r.slot.incarnation]:
+            try:
+                ray.get(race.ref, timeout=0.01)
+            except GetTimeoutError:
+                continue
+            except RayError:
+                self.pending.remove(race)
+                race.slot.lost += 1
+                self.lost += 1
+                self._lost_in_window += 1
+                self.log(f"Ray actor {race.slot.index}: a race was lost with its owner; the run goes on")
+            # an object still readable stays: `get` takes it
+
+    # ------------------------------------------------------------------------------------------ figures
+    def scalars(self) -> dict[str, float]:
+        figures: dict[str, float] = {}
+        prefix = self.name
+        calls = {slot.index: slot.handle.stats.remote() for slot in self.slots}
+        in_flight_total = 0
+        for index, call in calls.items():
+            try:
+                stats = ray.get(call, timeout=STATS_TIMEOUT_S)
+            except (RayError, GetTimeoutError):
+                continue
+            in_flight_total += stats["in_flight"]
+            figures[f"{prefix}/actor{index}/in_flight"] = stats["in_flight"]
+            for name, value in stats["timings"].items():
+                figures[f"{prefix}/actor{index}/{name}"] = round(value, 4)
+        window, self._window = self._window, {key: [] for key in self._window}
+        for name, values in window.items():
+            if values:
+                figures[f"{prefix}/{name}_mean"] = round(sum(values) / len(values), 4)
+        health = self._health or self._check()
+        figures[f"{prefix}/races_taken"] = len(window["ingest_ms"])
+        figures[f"{prefix}/races_lost"] = self._lost_in_window
+        figures[f"{prefix}/races_in_flight"] = in_flight_total + len(self.pending)
+        figures[f"{prefix}/actors_alive"] = health.alive
+        figures[f"{prefix}/actors_restarted"] = sum(slot.restarts for slot in self.slots)
+        self._lost_in_window = 0
+        return figures
+
+    def summary(self) -> list[str]:
+        lines = [
+            f"Ray actor {slot.index} ({slot.state.lower()}, node {slot.node_ip or '?'}): {slot.races} race(s) taken, "
+            f"{slot.lost} lost, restarted {slot.restarts} time(s)"
+            for slot in self.slots
+        ]
+        lines.append(f"Ray: {sum(s.races for s in self.slots)} race(s) taken, {self.lost} lost with their actor or node")
+        return lines
+
+    # ------------------------------------------------------------------------------------------ stop
+    def stop(self) -> None:
+        """Kill the actors and the store, leave the cluster, stop the local cluster we started."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for slot in self.slots:
+            try:
+                ray.kill(slot.handle, no_restart=True)
+            except Exception:
+                pass
+        try:
+            ray.kill(self.store, no_restart=True)
+        except Exception:
+            pass
+        self.pending.clear()
+        self.weights_ref = None
+        try:
+            if self.owns_connection:
+                ray.shutdown()
+        finally:
+            if self.local_cluster is not None:
+                self.local_cluster.stop()
+
+
+def _nodes_summary() -> str:
+    nodes = [node for node in ray.nodes() if node["Alive"]]
+    cpus = sum(node["Resources"].get("CPU", 0) for node in nodes)
+    return f"{len(nodes)} node(s), {cpus:g} CPU(s)"
+
+
+def make_ray_source(context) -> RaySource:
+    """The source for `--ray auto|ADDRESS` and `--ray-actors N` (or ray_address / ray_actors), connected, not started.
+    ConfigError (nothing left running) when the cluster cannot be reached or has fewer CPUs than actors."""
+    cfg, options = context.live.current, context.options
+    address = options.ray if getattr(options, "ray", None) is not None else cfg.ray_address
+    actors = options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
+    if actors < 1:
+        raise ConfigError(f"ray_actors is {actors} with ray_address {address!r}: give --ray-actors N (N >= 1) or set ray_actors")
+    local_cluster = None
+    connected_here = not ray.is_initialized()
+    try:
+        if address == "auto":
+            cpus = os.cpu_count() or 1
+            context.log(f"starting a local Ray cluster on {cluster.HEAD_IP} ({cpus} CPUs, object store {cfg.ray_object_store_mb} MB)")
+            local_cluster = cluster.LocalNode.head(num_cpus=cpus, object_store_bytes=cfg.ray_object_store_mb * MB)
+            cluster.use_token_file(local_cluster.token_path)
+            address = local_cluster.address
+        if connected_here:
+            cluster.connect(address)
+        total = ray.cluster_resources().get("CPU", 0)
+        if actors > total:
+            raise ConfigError(
+                f"--ray-actors {actors}: the Ray cluster at {address} has {total:g} CPU(s), one per actor: ask for at most {int(total)}"
+            )
+        return RaySource(actors, cfg.ray_games_per_actor, context.live, context.game_backend, context.log, local_cluster, connected_here)
+    except BaseException as e:
+        if connected_here and ray.is_initialized():
+            ray.shutdown()
+        if local_cluster is not None:
+            local_cluster.stop()
+        if isinstance(e, (ConfigError, KeyboardInterrupt)):
+            raise
+        if isinstance(e, (ConnectionError, RayError, cluster.ClusterError, ValueError, RuntimeError)):
+            raise ConfigError(f"Ray cluster {address!r} (ray_address / --ray): {type(e).__name__}: {e}") from None
+        raise
