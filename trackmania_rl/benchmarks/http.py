@@ -38,7 +38,7 @@ import torch
 import torch.multiprocessing as torch_mp
 
 from trackmania_rl.agents.iqn import make_network
-from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, _aggregate_actions_per_s, default_config_copy, source_actions_per_s
+from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, default_config_copy, local_actions_per_s, source_actions_per_s
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT
 from trackmania_rl.games import float_layout_for
@@ -151,7 +151,7 @@ def run(args):
         local, remote, longest = [], [], []
         try:
             for _ in range(rounds):  # alternated, so a slow spell of the machine hits both
-                local.append(_aggregate_actions_per_s(ctx, config_path, shared, 1, window_s))
+                local.append(local_actions_per_s(ctx, config_path, shared, 1, window_s))
                 remote.append(_http_actions_per_s(ctx, source, window_s, longest))
             ingest = _ingest_figures(source, longest[0])
         finally:

@@ -2,7 +2,8 @@
 
 - `ray.actions_per_s_ratio`: actions/s of N Ray collector actors ÷ N local collector processes, same machine, same
   config, same count, each counted over the same window after each producer's warm-up race; the two kinds are
-  measured alternately, `repeats` times each, N = 1 and 2 (2 repeats, 30 s windows); the figure is the smaller of the two medians' ratios.
+  measured in back-to-back pairs (order alternated), 4 pairs of 20 s windows, N = 1 and 2; per N the median of the
+  pairs' ratios; the figure is the smaller of the two.
   Target >= 0.95.
 - `ray.weight_copies_per_node_per_publish`: after a publish that every actor has pulled, with the actors paused
   and no race in flight, each node's object-store bytes ÷ the weights object's size, on a two-node cluster with
@@ -27,7 +28,7 @@ import torch
 import torch.multiprocessing as torch_mp
 
 from trackmania_rl.agents.iqn import make_network
-from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, _local_source, default_config_copy, measure_ingest, source_actions_per_s
+from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, default_config_copy, local_actions_per_s, measure_ingest, source_actions_per_s
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
@@ -54,15 +55,6 @@ def _run_ray(live, weights, count: int, window_s: float, games: int = 1) -> floa
         return source_actions_per_s(source, count, window_s)
     finally:
         _stop_actors(source)
-
-
-def _run_local(ctx, config_path, shared, count: int, window_s: float) -> float:
-    source = _local_source(ctx, config_path, shared, count)
-    source.start()
-    try:
-        return source_actions_per_s(source, count, window_s)
-    finally:
-        source.stop()
 
 
 def _stop_actors(source: RaySource) -> None:
@@ -146,8 +138,8 @@ def weight_copies_per_node(source: RaySource, version: int, weights: dict) -> di
 
 def run(args):
     torch.set_num_threads(1)
-    window_s = 15.0 if args.quick else 30.0
-    repeats = 1 if args.quick else 2
+    window_s = 15.0 if args.quick else 20.0
+    repeats = 1 if args.quick else 4  # alternated pairs: this machine's speed drifts by more than the ratio's margin
     workdir = Path(tempfile.mkdtemp(prefix="ray_benchmark_"))
     head = worker = None
     try:
@@ -205,16 +197,20 @@ def run(args):
                 order = ("local", "ray") if repeat % 2 == 0 else ("ray", "local")
                 for kind in order:
                     if kind == "local":
-                        local_runs.append(_run_local(ctx, config_path, shared, count, window_s))
+                        local_runs.append(local_actions_per_s(ctx, config_path, shared, count, window_s))
                     else:
                         ray_runs.append(_run_ray(live, weights, count, window_s))
             local, remote = statistics.median(local_runs), statistics.median(ray_runs)
-            ratios[count] = remote / local
+            # each repeat's two windows are back to back: their ratio cancels the machine's drift, which moves the
+            # speed of both kinds by more than the 5 % margin between repeats
+            paired = [r / loc for r, loc in zip(ray_runs, local_runs, strict=True)]
+            ratios[count] = statistics.median(paired)
             yield {
                 "figure": f"ray.actions_per_s_n{count}",
                 "value": round(remote, 1),
                 "unit": "actions/s",
                 "local_actions_per_s": round(local, 1),
+                "paired_ratios": [round(r, 3) for r in paired],
                 "ray_runs": [round(r, 1) for r in ray_runs],
                 "local_runs": [round(r, 1) for r in local_runs],
                 "window_s": window_s,
