@@ -375,6 +375,9 @@ class Learner:
     def note_sources_paused(self, seconds: float) -> None:
         self.window_time["sources_paused"] += seconds
 
+    def note_threads(self, mean_threads: float) -> None:
+        self.window["learner_threads"] = [mean_threads]  # time-weighted mean of the window (learner/cores.py)
+
     # --------------------------------------------------------------------------------------- logging
     def log_aggregates(self) -> None:
         """Write the windowed training and pipeline scalars, then start a new window."""

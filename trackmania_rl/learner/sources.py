@@ -111,16 +111,19 @@ def local_source(context: SourceContext, collectors_count: int) -> LocalCollecto
     shared = SharedNetwork(make_network(cfg, context.layout, len(cfg.inputs), "cpu"), ctx)
     frames_played = ctx.Value("q", 0, lock=False)  # the learner's count, read by collectors for their schedules
     pause_event = ctx.Event()
+    idle_flags = ctx.Array("b", collectors_count, lock=False)  # one byte per collector, 1 while it waits out a pause
     pool = CollectorPool(
         ctx,
         collector_main,
-        args=(str(context.live_path), context.game_backend, collectors_count, shared, frames_played, pause_event),
+        args=(str(context.live_path), context.game_backend, collectors_count, shared, frames_played, pause_event, idle_flags),
         count=collectors_count,
         queue_size=cfg.max_rollout_queue_size,
         log=context.log,
     )
     live = context.live
-    return LocalCollectorSource(pool, shared, pause_event, frames_played, stall_timeout_s=lambda: live.current.collector_stall_timeout_s)
+    return LocalCollectorSource(
+        pool, shared, pause_event, frames_played, stall_timeout_s=lambda: live.current.collector_stall_timeout_s, idle_flags=idle_flags
+    )
 
 
 class Pacing:

@@ -8,12 +8,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load_config, load_user_config
 from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.cores import LearnerThreads
 from trackmania_rl.learner.held_out import HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.run_folder import LIVE_CONFIG, RunLock, StopSignals, install_live_config, move_run_aside, validate_run_name
@@ -147,6 +146,7 @@ class _Run:
     logger: RunLogger | None = None
     saves: PeriodicSaves | None = None
     live: LiveConfig | None = None
+    threads: LearnerThreads | None = None
     no_source_left: bool = False  # the run stopped because no collector was left: it exits 1 after its save
 
 
@@ -205,9 +205,8 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     sources = " + ".join(([f"{collectors_count} local collector(s)"] if collectors_count else []) + remote_source_names(options, cfg))
     log(f"run {options.run_name}: device {device}, {sources}, game {user.game_backend}, saves in {run_dir}")
 
-    # One torch thread per core left over by the games on this machine: oversubscribed cores make train steps
-    # tens of times slower (measured: 8 ms -> 450 ms p90 for a tiny step with 2 threads beside a collector).
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) - games_on_this_machine(options, cfg, collectors_count)))
+    # One torch thread per core left over by the games on this machine, more while paced collectors idle (cores.py)
+    run.threads = LearnerThreads(os.cpu_count() or 1, games_on_this_machine(options, cfg, collectors_count))
     run.logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
     run.learner = Learner(live, layout, device, run_dir, source=source, logger=run.logger, log=log, resume=True)
     run.held_out = HeldOutEvaluation(run_dir, user.game_backend, log, run.logger)
@@ -238,6 +237,7 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
             learner.train(max_seconds=0.5)
             source.learner_progress(learner.stats.frames_played, learner.stats.batches_done)
             pacing.update(learner.training_backlog_batches(), live.current.max_training_backlog_batches)
+            run.threads.update(source.idle_games_here())
             if run.held_out.due(learner):  # greedy races on the held-out tracks; the best weights by them kept
                 status.clear()
                 run.held_out.run(learner, stop_requested=lambda: signals.requested)
@@ -250,6 +250,7 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
                 return "no rollout source left (every collector failed repeatedly; see the lines above)"
             if time.perf_counter() - last_aggregate >= AGGREGATE_LOG_PERIOD_S:
                 learner.note_sources_paused(pacing.take_paused_seconds())
+                learner.note_threads(run.threads.take_mean_threads())
                 learner.log_aggregates()
                 figures = source.scalars()
                 if figures and run.logger is not None:

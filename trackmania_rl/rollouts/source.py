@@ -67,6 +67,11 @@ class RolloutSource(abc.ABC):
     def stop(self) -> None:
         """Stop every producer and release the channel; returns in bounded time."""
 
+    def idle_games_here(self) -> int:
+        """Games on the learner's machine that sit idle now because of `pause` (between races, starting none):
+        the learner may use their cores until `resume`. A source whose producers run elsewhere, or cannot say, 0."""
+        return 0
+
     def learner_progress(self, frames_played: int, batches_done: int) -> None:
         """The learner's counters, given after every ingest and train chunk: producers read frames_played for
         their exploration schedules; a source may report them (HTTP status)."""
@@ -125,6 +130,9 @@ class CombinedSources(RolloutSource):
     def resume(self) -> None:
         for source in self.sources:
             source.resume()
+
+    def idle_games_here(self) -> int:
+        return sum(source.idle_games_here() for source in self.sources)
 
     def health(self) -> SourceHealth:
         reports = [source.health() for source in self.sources]

@@ -24,9 +24,10 @@ def test_paused_collector_plays_no_race_and_resumes_with_versioned_envelopes(tmp
     ctx = torch_mp.get_context("spawn")
     shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs)), ctx)
     pause_event, frames_played = ctx.Event(), ctx.Value("q", 0, lock=False)
-    args = (str(config_path), "carracing", 1, shared, frames_played, pause_event)
+    idle_flags = ctx.Array("b", 1, lock=False)
+    args = (str(config_path), "carracing", 1, shared, frames_played, pause_event, idle_flags)
     pool = CollectorPool(ctx, collector_main, args=args, count=1, queue_size=1, log=lambda m: None)
-    source = LocalCollectorSource(pool, shared, pause_event, frames_played, stall_timeout_s=lambda: 60.0)
+    source = LocalCollectorSource(pool, shared, pause_event, frames_played, stall_timeout_s=lambda: 60.0, idle_flags=idle_flags)
     source.publish(5, make_network(cfg, layout, len(cfg.inputs)).state_dict())
     source.pause()
     source.start()
@@ -34,12 +35,15 @@ def test_paused_collector_plays_no_race_and_resumes_with_versioned_envelopes(tmp
         assert source.get(timeout_s=12.0) is None  # started, loaded, but starts no race while paused
         health = source.health()
         assert health.alive == 1 and health.replaced == [] and health.paused
+        assert source.idle_games_here() == 1  # waiting out the pause: its core is the learner's
         source.resume()
+        assert source.idle_games_here() == 0  # at once, before the collector wakes: no oversubscribed core
         envelope = None
         deadline = time.time() + 60
         while envelope is None and time.time() < deadline:
             envelope = source.get(timeout_s=1.0)
         assert envelope is not None
+        assert idle_flags[0] == 0  # it played
         rollout, _, meta = validate_envelope(envelope, RolloutShape((1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs)))
         assert meta["source"] == "local" and set(rollout["policy_version"]) == {5}
         assert len(rollout["policy_version"]) == len(rollout["actions"]) > 0

@@ -3,7 +3,8 @@
 Each race is put on the collector's own bounded queue as an envelope (rollout_results, end_race_stats,
 meta; rollouts/contract.py). The collector reloads the shared network every
 `update_inference_network_every_n_actions` actions and records, per action, the policy version it acted
-with. While the source is paused it starts no new race. A collector (re)started while the config file is
+with. While the source is paused it starts no new race, and says so in its byte of `idle_flags` (the
+learner then takes its core). A collector (re)started while the config file is
 broken starts with the last config that loaded (config/live.py, `last_good_path`).
 """
 
@@ -44,7 +45,17 @@ def _die_with_parent() -> None:
 
 
 def collector_main(
-    index, rollout_queue, heartbeat, stop_event, config_path, game_backend, collectors_count, shared_network, frames_played, pause_event
+    index,
+    rollout_queue,
+    heartbeat,
+    stop_event,
+    config_path,
+    game_backend,
+    collectors_count,
+    shared_network,
+    frames_played,
+    pause_event,
+    idle_flags=None,
 ):
     """Process entry point. Never returns while the run goes on; exceptions other than game crashes end
     the process with a traceback, and the learner's pool restarts it."""
@@ -52,6 +63,12 @@ def collector_main(
     _die_with_parent()
     if not _parent_alive():  # the learner died before the death signal was armed
         return
+
+    def set_idle(idle: bool) -> None:
+        if idle_flags is not None:
+            idle_flags[index] = int(idle)
+
+    set_idle(False)  # a restarted collector loads on its core: not idle, whatever its predecessor said
     use_acting_torch_settings()  # one thread, batch-1 convolutions without oneDNN (faster; this process only)
 
     def log(message: str) -> None:
@@ -74,8 +91,10 @@ def collector_main(
         while not stop_event.is_set() and _parent_alive():
             beat()
             if pause_event.is_set():  # paced by the learner: alive, but no new race
+                set_idle(True)
                 time.sleep(0.05)
                 continue
+            set_idle(False)
             if live.reload():
                 player.update_config(live.current)
             envelope = player.play(frames_played.value, on_action=beat)
@@ -96,6 +115,7 @@ def collector_main(
         log("stopped by an error:\n" + traceback.format_exc())
         raise
     finally:
+        set_idle(False)
         # A rollout still in the queue's pipe must not hold the exit: nobody may read it any more.
         rollout_queue.cancel_join_thread()
         player.close()

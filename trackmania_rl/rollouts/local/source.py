@@ -15,19 +15,27 @@ from trackmania_rl.rollouts.source import RolloutSource, SourceHealth
 
 
 class LocalCollectorSource(RolloutSource):
-    """`pool` runs the collector processes; `pause_event` (an mp Event) and `frames_played` (an mp Value) are
-    the ones its collectors were given."""
+    """`pool` runs the collector processes; `pause_event` (an mp Event), `frames_played` (an mp Value) and
+    `idle_flags` (an mp Array of one byte per collector, 1 while it waits out a pause; optional) are the ones its
+    collectors were given."""
 
     name = SOURCE_NAME
 
     def __init__(
-        self, pool: CollectorPool, shared_network: SharedNetwork, pause_event, frames_played, stall_timeout_s: Callable[[], float]
+        self,
+        pool: CollectorPool,
+        shared_network: SharedNetwork,
+        pause_event,
+        frames_played,
+        stall_timeout_s: Callable[[], float],
+        idle_flags=None,
     ):
         self.pool = pool
         self.shared_network = shared_network
         self.pause_event = pause_event
         self.frames_played = frames_played
         self.stall_timeout_s = stall_timeout_s  # read at every check: a live config may change it
+        self.idle_flags = idle_flags
 
     def start(self) -> None:
         self.pool.start()
@@ -47,6 +55,12 @@ class LocalCollectorSource(RolloutSource):
 
     def resume(self) -> None:
         self.pause_event.clear()
+
+    def idle_games_here(self) -> int:
+        # a flag can lag the event by one sleep of the collector (50 ms): counted only while the pause stands
+        if self.idle_flags is None or not self.pause_event.is_set():
+            return 0
+        return sum(1 for flag in self.idle_flags if flag)
 
     def health(self) -> SourceHealth:
         replaced = self.pool.check(self.stall_timeout_s())

@@ -1,0 +1,36 @@
+"""The learner's thread count: the cores the games on this machine leave, plus those of collectors idle in a pause."""
+
+import time
+
+import pytest
+import torch
+
+from trackmania_rl.learner.cores import LearnerThreads
+
+
+@pytest.fixture
+def restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("cores", "games", "idle", "threads"),
+    [(2, 1, 0, 1), (2, 1, 1, 2), (2, 2, 1, 1), (2, 2, 2, 2), (4, 1, 0, 3), (1, 1, 0, 1), (2, 0, 0, 2), (2, 1, 5, 2)],
+)
+def test_threads_are_the_cores_left_by_the_games_that_play(cores, games, idle, threads, restore_threads):
+    assert LearnerThreads(cores, games).wanted(idle) == threads
+
+
+def test_update_sets_torchs_threads_and_the_mean_is_weighted_by_time(restore_threads):
+    threads = LearnerThreads(cores=2, games_here=1)
+    assert torch.get_num_threads() == 1
+    threads.take_mean_threads()
+    time.sleep(0.2)
+    assert threads.update(idle_games=1) == 2 and torch.get_num_threads() == 2
+    time.sleep(0.2)
+    assert threads.update(idle_games=0) == 1 and torch.get_num_threads() == 1
+    mean = threads.take_mean_threads()
+    assert 1.35 < mean < 1.65  # ~0.2 s at 1 thread and ~0.2 s at 2
+    assert threads.take_mean_threads() == pytest.approx(1.0)

@@ -1,0 +1,54 @@
+"""How many torch threads the learner runs: the cores this machine's games leave it, and more while they sit idle.
+
+Each game on the learner's machine (a local collector, an actor of a `--ray auto` cluster, a loopback HTTP
+client) wants a core; oversubscribed cores make train steps tens of times slower (measured: 8 ms -> 450 ms p90
+for a tiny step with 2 threads beside a collector). But a local collector paused by pacing sits between races,
+and its core would idle while the learner catches up: the learner takes it until the pause ends (measured on
+2 cores, AMD EPYC: a batch-128 train step 1.52x faster on 2 threads than on 1).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+class LearnerThreads:
+    """`update(idle_games)` sets torch's thread count to the cores left by the games that play now; the change is
+    made only when the count changes (torch.set_num_threads costs under a microsecond). `take_mean_threads`
+    gives the time-weighted mean since its previous call, for the aggregate log."""
+
+    def __init__(self, cores: int, games_here: int):
+        self.cores = max(1, int(cores))
+        self.games_here = max(0, int(games_here))
+        self.current = 0
+        self._since = time.perf_counter()
+        self._thread_seconds = 0.0
+        self._seconds = 0.0
+        self.update(0)
+
+    def wanted(self, idle_games: int) -> int:
+        playing = max(0, self.games_here - max(0, int(idle_games)))
+        return max(1, self.cores - playing)
+
+    def update(self, idle_games: int) -> int:
+        threads = self.wanted(idle_games)
+        if threads != self.current:
+            self._account()
+            torch.set_num_threads(threads)
+            self.current = threads
+        return threads
+
+    def _account(self) -> None:
+        now = time.perf_counter()
+        if self.current:
+            self._thread_seconds += self.current * (now - self._since)
+            self._seconds += now - self._since
+        self._since = now
+
+    def take_mean_threads(self) -> float:
+        self._account()
+        mean = self._thread_seconds / self._seconds if self._seconds > 0 else float(self.current)
+        self._thread_seconds = self._seconds = 0.0
+        return mean
