@@ -52,6 +52,9 @@ shaped_reward_max_dist_to_cur_vcp = 20.0
 # The game's own terms. CarRacing: this x the share of the wheels off the road tiles, taken from the reward of
 # each step (cutting a corner over the grass misses tiles the native score pays for).
 off_road_penalty_per_action = 0.0
+# CarRacing: this x each road tile the car touches for the first time in the race (the native score pays for each;
+# a tile is ~3.5 m of road, so 0.1 pays ~1.7x what reward_per_m_advanced_along_centerline pays for the same metres).
+reward_per_new_road_tile = 0.1
 
 # ---------------------------------------------------------------------------------------------------
 # Mini-races and n-step returns

@@ -85,7 +85,7 @@ def make_rollout(
     zone_center=None,
 ):
     """A rollout_results dict with F = n_states; state k carries marker first_marker + k (float segment MARKER and
-    frame pixels = marker % 256). A = F - 1 when finished, else F."""
+    frame pixels = marker % 256), and one new road tile per step. A = F - 1 when finished, else F."""
     rng = rng if rng is not None else np.random.default_rng(0)
     n_actions = n_states - 1 if finished else n_states
     frames, floats = [], []
@@ -110,6 +110,7 @@ def make_rollout(
         "input_w": [True] * n_actions,
         "policy_version": [0] * n_actions,
         "furthest_zone_idx": n_states - 1,
+        "road_tiles_touched": list(range(n_states)),  # a new tile per step
     }
     if finished:
         rollout["race_time"] = race_time if race_time is not None else (n_states - 2) * cfg.ms_per_action + cfg.ms_per_action // 2

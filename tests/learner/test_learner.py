@@ -190,6 +190,18 @@ def test_races_older_than_max_policy_lag_are_dropped_and_counted_by_source(tmp_p
     assert learner.window["policy_lag_versions"] == [4, 3]
 
 
+def test_a_race_without_tile_counts_is_refused_when_the_tile_reward_is_on(tmp_path):
+    learner, messages = _learner(tmp_path)
+    learner.cfg = learner.cfg.replace(reward_per_new_road_tile=0.1)
+    rollout, stats = _race(learner, 20)
+    del rollout["road_tiles_touched"]
+    info = learner.ingest(rollout, stats, META)
+    assert "lacks `road_tiles_touched`" in info["rejected"] and learner.stats.rollouts_rejected == 1
+    assert len(learner.buffer) + len(learner.buffer_test) == 0 and learner.stats.frames_played == 0
+    rollout, stats = _race(learner, 20)
+    assert learner.ingest(rollout, stats, META)["n_train"] > 0
+
+
 def test_a_race_from_a_future_policy_version_is_refused(tmp_path):
     learner, messages = _learner(tmp_path)
     learner.stats.policy_version = 2

@@ -10,6 +10,7 @@ from trackmania_rl.replay.experience import (
     n_steps_per_transition,
     off_road_penalties,
     potentials,
+    road_tile_rewards,
     rollout_to_experience,
     route_to_test,
     step_rewards,
@@ -20,8 +21,8 @@ GAMMA = 0.9
 
 @pytest.fixture(scope="module")
 def cfg():
-    # round numbers: -0.8 per 80 ms action, +1 per metre
-    return tiny_config(n_steps=3, constant_reward_per_ms=-0.01, reward_per_m_advanced_along_centerline=1.0)
+    # round numbers: -0.8 per 80 ms action, +1 per metre, no tile term
+    return tiny_config(n_steps=3, constant_reward_per_ms=-0.01, reward_per_m_advanced_along_centerline=1.0, reward_per_new_road_tile=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +152,7 @@ def test_fill_buffers_routes_transitions(cfg, layout):
 
 
 def test_off_road_penalty_follows_the_wheels_off_the_road_in_the_state_arrived_in():
-    cfg = tiny_config(off_road_penalty_per_action=0.5, n_steps=1, shaped_reward_dist_to_cur_vcp=0.0)
+    cfg = tiny_config(off_road_penalty_per_action=0.5, n_steps=1, shaped_reward_dist_to_cur_vcp=0.0, reward_per_new_road_tile=0.0)
     layout = layout_for(cfg)
     rollout = make_rollout(cfg, layout, 5, finished=True, rng=np.random.default_rng(0))
     on_road = [[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]  # the last: the finish pseudo-state
@@ -162,3 +163,28 @@ def test_off_road_penalty_follows_the_wheels_off_the_road_in_the_state_arrived_i
     with_penalty = rollout_to_experience(rollout, cfg, layout, gamma=0.9)
     without = rollout_to_experience(rollout, cfg.replace(off_road_penalty_per_action=0.0), layout, gamma=0.9)
     np.testing.assert_allclose(with_penalty.rewards[:, 0] - without.rewards[:, 0], [-0.25, -0.5, -0.125, 0.0], atol=1e-6)
+
+
+def test_road_tile_reward_pays_the_tiles_first_touched_in_each_step():
+    cfg = tiny_config(reward_per_new_road_tile=0.1, n_steps=1, shaped_reward_dist_to_cur_vcp=0.0)
+    layout = layout_for(cfg)
+    rollout = make_rollout(cfg, layout, 5, finished=True)
+    rollout["road_tiles_touched"] = [1, 3, 3, 7, 8]  # the last: at the finish pseudo-state
+    np.testing.assert_allclose(road_tile_rewards(rollout, cfg), [0.2, 0.0, 0.4, 0.1])
+    with_tiles = rollout_to_experience(rollout, cfg, layout, gamma=0.9)
+    without = rollout_to_experience(rollout, cfg.replace(reward_per_new_road_tile=0.0), layout, gamma=0.9)
+    np.testing.assert_allclose(with_tiles.rewards[:, 0] - without.rewards[:, 0], [0.2, 0.0, 0.4, 0.1], atol=1e-6)
+
+
+def test_road_tile_reward_needs_the_tile_counts_and_checks_them():
+    cfg = tiny_config(reward_per_new_road_tile=0.1)
+    layout = layout_for(cfg)
+    rollout = make_rollout(cfg, layout, 4, finished=False)
+    del rollout["road_tiles_touched"]
+    rollout_to_experience(rollout, cfg.replace(reward_per_new_road_tile=0.0), layout, GAMMA)  # not needed when 0
+    with pytest.raises(InvalidRollout, match="lacks `road_tiles_touched`, which reward_per_new_road_tile needs"):
+        rollout_to_experience(rollout, cfg, layout, GAMMA)
+    for bad, message in (([0, 2, 1, 3], "non-decreasing"), ([0, 1, 2], "3 entries but `frames` has 4"), ([0, 1.5, 2, 3], "integers")):
+        rollout["road_tiles_touched"] = bad
+        with pytest.raises(InvalidRollout, match=message):
+            rollout_to_experience(rollout, cfg.replace(reward_per_new_road_tile=0.0), layout, GAMMA)

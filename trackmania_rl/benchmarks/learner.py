@@ -66,6 +66,7 @@ def synthetic_rollout(cfg, layout, rng: np.random.Generator, n_states: int = ROL
         "q_values": [np.zeros(n_actions, np.float32)] * n_states,
         "input_w": [True] * n_states,
         "furthest_zone_idx": n_states - 1,
+        "road_tiles_touched": list(np.cumsum(rng.integers(0, 3, n_states))),
     }
 
 

@@ -145,6 +145,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "reward_per_m_advanced_along_centerline": (_number, "a number", False),
     "shaped_reward_dist_to_cur_vcp": (_number, "a number", False),
     "off_road_penalty_per_action": (_non_negative_number, "a number >= 0", False),
+    "reward_per_new_road_tile": (_non_negative_number, "a number >= 0", False),
     "shaped_reward_min_dist_to_cur_vcp": (_non_negative_number, "a number >= 0", False),
     "shaped_reward_max_dist_to_cur_vcp": (_positive_number, "a positive number", False),
     "n_steps": (_positive_int, "a positive integer", True),
@@ -223,7 +224,8 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
 RESTART_ONLY = tuple(name for name, (_, _, needs_restart) in SETTINGS.items() if needs_restart)
 
 # Settings added after config files were first written, with the value a file that predates them gets
-# (an older run's config copy, a shipped model's settings). config_files/config.py sets the same values.
+# (an older run's config copy, a shipped model's settings): the behaviour it was written for. config_files/config.py
+# sets the same values, except reward_per_new_road_tile (0.1 for new runs).
 ADDED_LATER = {
     "max_policy_lag": 100_000,
     "checkpoints_kept": 2,
@@ -231,6 +233,7 @@ ADDED_LATER = {
     "seed": 0,
     "training_precision": "auto",
     "off_road_penalty_per_action": 0.0,
+    "reward_per_new_road_tile": 0.0,
     "held_out_seeds": range(100, 110),
     "held_out_eval_period_s": 300,
     "keep_weights_at_minutes": [30],

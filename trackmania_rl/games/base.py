@@ -14,6 +14,9 @@ from trackmania_rl.games.float_layout import FloatLayout
 # entry per action (rollouts/contract.py adds what a rollout source attaches and checks both)
 ROLLOUT_STATE_KEYS = ("frames", "state_float", "current_zone_idx", "meters_advanced_along_centerline", "car_gear_and_wheels")
 ROLLOUT_ACTION_KEYS = ("actions", "action_was_greedy", "q_values", "input_w")
+# per state, where the game has it: how many distinct road tiles the car has touched since the start (CarRacing;
+# its native score pays for each); `reward_per_new_road_tile` needs it
+ROAD_TILES_TOUCHED = "road_tiles_touched"
 
 # exploration_policy(frame uint8 (1, H, W), state_float float32 (D,)) -> (action, action_was_greedy, value, q_values)
 ExplorationPolicy = Callable[[np.ndarray, np.ndarray], tuple]

@@ -21,6 +21,7 @@ from trackmania_rl.agents.iqn import load_state_dict_into, make_network
 from trackmania_rl.agents.precision import choose_precision
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
 from trackmania_rl.config.values import settings_json
+from trackmania_rl.games.base import ROAD_TILES_TOUCHED
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.checkpoint import (
     BUFFER,
@@ -255,6 +256,8 @@ class Learner:
                 raise InvalidRollout(
                     f"`policy_version` {self.stats.policy_version - lag} is newer than the learner's {self.stats.policy_version}"
                 )
+            if self.cfg.reward_per_new_road_tile and ROAD_TILES_TOUCHED not in rollout_results:
+                raise InvalidRollout(f"rollout_results lacks `{ROAD_TILES_TOUCHED}`, which reward_per_new_road_tile needs")
         except InvalidRollout as e:
             self.stats.rollouts_rejected += 1
             where = "an unnamed source"

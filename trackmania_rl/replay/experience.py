@@ -9,7 +9,8 @@ For transition i (gamma = the learner's current gamma, N = cfg.n_steps):
 - n = min(N, F-1-i), cut to reach exactly the first non-greedy action after i when
   `discard_non_greedy_actions_in_nsteps` (the action at i itself may be exploratory);
 - rewards[j] = sum_{k<=j} gamma^k r_{i+k+1} for j < n (0 beyond: never read), r_{k+1} the reward of the
-  step from state k to k+1 (`step_rewards`, plus `off_road_penalties`: a CarRacing term, 0 by default);
+  step from state k to k+1 (`step_rewards`, plus the CarRacing terms `off_road_penalties` and
+  `road_tile_rewards`);
 - gammas[j] = gamma^(j+1);
 - terminal_actions = F-1-i when the race was finished (steps left to the finish), else +inf;
 - next state = state i+n.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from trackmania_rl.games.backend import game_backend
+from trackmania_rl.games.base import ROAD_TILES_TOUCHED
 from trackmania_rl.games.float_layout import FloatLayout
 from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, validate_rollout
 
@@ -154,6 +156,18 @@ def off_road_penalties(state_float: np.ndarray, layout: FloatLayout, cfg) -> np.
     return -float(cfg.off_road_penalty_per_action) * np.asarray(off_road, dtype=np.float64)
 
 
+def road_tile_rewards(rollout_results: dict, cfg) -> np.ndarray:
+    """Per step k -> k+1 (k = 0..F-2): reward_per_new_road_tile x the road tiles first touched in that step (the
+    native CarRacing score pays for each; the centerline progress pays a cut corner over the grass as well)."""
+    n_steps = max(0, len(rollout_results["frames"]) - 1)
+    if cfg.reward_per_new_road_tile == 0 or n_steps == 0:
+        return np.zeros(n_steps)
+    if ROAD_TILES_TOUCHED not in rollout_results:
+        raise InvalidRollout(f"rollout_results lacks `{ROAD_TILES_TOUCHED}`, which reward_per_new_road_tile needs")
+    touched = np.asarray(rollout_results[ROAD_TILES_TOUCHED], dtype=np.float64)
+    return float(cfg.reward_per_new_road_tile) * np.diff(touched)
+
+
 def n_steps_per_transition(action_was_greedy, n_states: int, n_steps_max: int, discard_non_greedy: bool) -> np.ndarray:
     """n for each transition i = 0..F-2 (int64)."""
     n_transitions = n_states - 1
@@ -191,7 +205,7 @@ def rollout_to_experience(
     off_road = off_road_penalties(state_float, layout, cfg)
     if finished and n_transitions:
         off_road[-1] = 0.0  # reaching the finish pseudo-state is never penalised
-    r = step_rewards(rollout_results, cfg) + off_road
+    r = step_rewards(rollout_results, cfg) + off_road + road_tile_rewards(rollout_results, cfg)
     n = n_steps_per_transition(rollout_results["action_was_greedy"], n_states, n_max, cfg.discard_non_greedy_actions_in_nsteps)
 
     i = np.arange(n_transitions)

@@ -5,7 +5,8 @@ An envelope is `(rollout_results, end_race_stats, meta)`:
   entries, A = F - 1 when the race was finished, whose last state is the finish pseudo-state, else A = F):
   `GAME_ACTION_KEYS` as the game instance returns them, plus `policy_version`, the version of the published
   weights each action was chosen with, which every source adds (the collector knows it, the game does
-  not). Scalars: `furthest_zone_idx`; `race_time` (ms) only when the race was finished.
+  not). Per state where the game has it: `road_tiles_touched` (games/base.py).
+  Scalars: `furthest_zone_idx`; `race_time` (ms) only when the race was finished.
 - `end_race_stats`: a dict of the race's results (`race_finished`, `race_time`, ...; DESIGN §3.2).
 - `meta`: a dict naming the source and the race (`source`, `collector`, `map_name`, `seed`, `map_status`,
   `is_explo`, `fill_buffer`, timings).
@@ -21,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from trackmania_rl.games.base import ROLLOUT_ACTION_KEYS, ROLLOUT_STATE_KEYS
+from trackmania_rl.games.base import ROAD_TILES_TOUCHED, ROLLOUT_ACTION_KEYS, ROLLOUT_STATE_KEYS
 
 # per state: uint8 frame (1, H, W), float32 inputs (D,), and the progress the rewards are computed from;
 # per action: the decision and what the policy saw (both from the game), and the policy version (from the source)
@@ -118,6 +119,12 @@ def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_action
     progress = _numbers(rollout, "meters_advanced_along_centerline", np.float64)
     if not np.all(np.isfinite(progress)):
         raise InvalidRollout("`meters_advanced_along_centerline` contains NaN or inf")
+    if ROAD_TILES_TOUCHED in rollout:
+        tiles = _numbers(rollout, ROAD_TILES_TOUCHED, None)
+        if len(tiles) != n_states:
+            raise InvalidRollout(f"`{ROAD_TILES_TOUCHED}` has {len(tiles)} entries but `frames` has {n_states}")
+        if tiles.size and (not np.issubdtype(tiles.dtype, np.integer) or tiles.min() < 0 or np.any(np.diff(tiles) < 0)):
+            raise InvalidRollout(f"`{ROAD_TILES_TOUCHED}` must be a non-decreasing count of tiles (integers >= 0)")
     actions = _numbers(rollout, "actions", None)
     if actions.size and (not np.issubdtype(actions.dtype, np.integer) or actions.min() < 0 or actions.max() >= n_actions):
         raise InvalidRollout(f"`actions` must be integers in [0, {n_actions}), got values {actions.min()}..{actions.max()}")

@@ -69,6 +69,13 @@ def test_scripted_policy_finishes_a_lap_on_several_seeds(laps, game):
         assert times == sorted(times) and len(set(times)) == 5
         # the car drove the lap on the road, so it collected nearly every tile
         assert stats["tiles_visited_fraction"] > 0.95
+        # the per-state tile count the tile reward reads: ints from the first tiles under the car, non-decreasing, ending
+        # at the fraction the native score paid for (a track has ~250-350 tiles)
+        tiles = results["road_tiles_touched"]
+        assert len(tiles) == len(results["frames"]) and all(type(n) is int for n in tiles)
+        assert 0 <= tiles[0] <= 3 and np.all(np.diff(tiles) >= 0) and np.count_nonzero(np.diff(tiles)) > len(tiles) // 2
+        n_tiles = round(tiles[-1] / stats["tiles_visited_fraction"])
+        assert 200 < n_tiles < 400 and tiles[-1] / n_tiles == pytest.approx(stats["tiles_visited_fraction"], abs=1e-12)
         assert stats["native_score"] == pytest.approx(1000 * stats["tiles_visited_fraction"] - 0.1 * stats["race_time"] / 20, abs=1e-6)
         progress = np.array(results["meters_advanced_along_centerline"])
         zone_centers = game.zone_centers_for(MapSpec("x", seed))
@@ -217,7 +224,7 @@ def test_cutoff_when_no_progress(game, cfg, play, fixed_actions_policy):
     assert stats["race_time_for_ratio"] == cfg.cutoff_rollout_if_no_vcp_passed_within_duration_ms
     assert "race_time" not in results
     A = cfg.cutoff_rollout_if_no_vcp_passed_within_duration_ms // cfg.ms_per_action
-    for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS:
+    for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS + ("road_tiles_touched",):
         assert len(results[key]) == A, key
     assert stats["cp_time_ms"] == [0]
     assert stats["native_score"] == pytest.approx(1000 * stats["tiles_visited_fraction"] - 0.1 * A * cfg.physics_steps_per_action)

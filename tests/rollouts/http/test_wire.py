@@ -72,9 +72,8 @@ def test_unpack_refuses_what_is_not_plain_bounded_msgpack(body):
     assert error.value.status == 400
 
 
-def test_stats_and_meta_take_plain_values_only():
-    fields = wire.race_fields((1, 2, 2), 3, 2)
-    race = {
+def one_state_race() -> dict:
+    return {
         "frames": [np.zeros((1, 2, 2), np.uint8)],
         "state_float": [np.zeros(3, np.float32)],
         "current_zone_idx": [0],
@@ -87,6 +86,11 @@ def test_stats_and_meta_take_plain_values_only():
         "policy_version": [0],
         "furthest_zone_idx": 0,
     }
+
+
+def test_stats_and_meta_take_plain_values_only():
+    fields = wire.race_fields((1, 2, 2), 3, 2)
+    race = one_state_race()
     body = wire.unpack(wire.encode_race("c", 0, race, {"native_score": 1.5, "cp": [1, 2]}, {"map_name": "m"}, fields), 1 << 20)
     decoded = wire.decode_race(body, fields, max_states=10)
     assert decoded.rollout_results["actions"] == [1] and decoded.end_race_stats["cp"] == [1, 2]
@@ -94,3 +98,20 @@ def test_stats_and_meta_take_plain_values_only():
         body["end_race_stats"] = stats
         with pytest.raises(wire.WireError, match="end_race_stats.x"):
             wire.decode_race(body, fields, max_states=10)
+
+
+def test_the_road_tile_count_is_optional_and_checked_when_sent():
+    fields = wire.race_fields((1, 2, 2), 3, 2)
+    race = one_state_race()
+    decoded = wire.decode_race(wire.unpack(wire.encode_race("c", 0, race, {}, {}, fields), 1 << 20), fields, max_states=10)
+    assert "road_tiles_touched" not in decoded.rollout_results  # a game without tiles sends none
+    race["road_tiles_touched"] = [np.int64(4)]
+    body = wire.unpack(wire.encode_race("c", 0, race, {}, {}, fields), 1 << 20)
+    assert body["race"]["road_tiles_touched"]["dtype"] == "<i8"
+    assert wire.decode_race(body, fields, max_states=10).rollout_results["road_tiles_touched"] == [4]
+    body["race"]["road_tiles_touched"] = wire.encode_array(np.array([4.0], np.float32))
+    with pytest.raises(wire.WireError, match="road_tiles_touched.*not allowed"):
+        wire.decode_race(body, fields, max_states=10)
+    body["race"]["road_tiles_touched"] = wire.encode_array(np.array([4, 5], np.int64))
+    with pytest.raises(wire.WireError, match="road_tiles_touched` has 2 steps"):
+        wire.decode_race(body, fields, max_states=10)

@@ -26,7 +26,15 @@ import cv2
 import numpy as np
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
-from trackmania_rl.games.base import ROLLOUT_ACTION_KEYS, ROLLOUT_STATE_KEYS, ExplorationPolicy, GameCrashed, GameInstance, MapSpec
+from trackmania_rl.games.base import (
+    ROAD_TILES_TOUCHED,
+    ROLLOUT_ACTION_KEYS,
+    ROLLOUT_STATE_KEYS,
+    ExplorationPolicy,
+    GameCrashed,
+    GameInstance,
+    MapSpec,
+)
 from trackmania_rl.games.car_racing import floats as car_floats
 from trackmania_rl.games.car_racing.actions import action_tables
 from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size, track_centerline
@@ -76,7 +84,7 @@ class _Race:
         self.geometry, self.tracker, self.hull = geometry, tracker, hull
         self.timings = timings  # ns per timed stage, summed over the race
         self.t_start = t_start  # perf_counter_ns at the start of the reset
-        self.results = {key: [] for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS}
+        self.results = {key: [] for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS + (ROAD_TILES_TOUCHED,)}
         self.stats = {}
         self.n_prev = cfg.n_prev_actions_in_inputs
         self.previous_actions = [0] * self.n_prev  # before the start: action 0, like Linesight
@@ -122,7 +130,8 @@ class CarRacingGameInstance(GameInstance):
     - state lists, F entries: `frames` (np.uint8 (1, H_downsized, W_downsized)), `state_float`
       (np.float32 (layout.dim,), float 0 = 0.0), `car_gear_and_wheels` (np.float32, the floats of
       segments CAR_STATE_FIRST..CAR_STATE_LAST), `current_zone_idx` (int),
-      `meters_advanced_along_centerline` (float);
+      `meters_advanced_along_centerline` (float), `road_tiles_touched` (int, distinct road tiles touched since
+      the start; the native score pays for each);
     - action lists, A entries: `actions` (int), `action_was_greedy` (bool), `q_values`
       (np.float32 (n_actions,)), `input_w` (bool, accelerate pressed);
     - entry A of the state lists, present only when finished, is the finish pseudo-step: the frame
@@ -463,6 +472,7 @@ class CarRacingGameInstance(GameInstance):
         results["car_gear_and_wheels"].append(state_float[self._car_state_slice].copy())
         results["current_zone_idx"].append(tracker.current_zone_idx)
         results["meters_advanced_along_centerline"].append(tracker.progress)
+        results[ROAD_TILES_TOUCHED].append(self.env.tile_visited_count)
         results["actions"].append(action)
         results["action_was_greedy"].append(was_greedy)
         results["q_values"].append(q_values)
@@ -529,6 +539,7 @@ class CarRacingGameInstance(GameInstance):
         results["car_gear_and_wheels"].append(state_float[self._car_state_slice].copy())
         results["current_zone_idx"].append(geometry.finish_zone_idx)
         results["meters_advanced_along_centerline"].append(geometry.finish_distance)
+        results[ROAD_TILES_TOUCHED].append(self.env.tile_visited_count)
 
     def _check_decision(self, decision) -> tuple[int, bool, float, np.ndarray]:
         try:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import msgpack
 import numpy as np
 
+from trackmania_rl.games.base import ROAD_TILES_TOUCHED
 from trackmania_rl.rollouts.contract import FURTHEST_ZONE, POLICY_VERSION, RACE_TIME
 
 # numpy type strings allowed on the wire: no object, no big-endian, no strings, no datetimes
@@ -43,6 +44,7 @@ class FieldSpec(NamedTuple):
     per_step: tuple  # shape of one step, filled from the run's RolloutShape (see race_fields)
     per_state: bool  # one entry per state (F) or per action (A)
     nan_allowed: bool = False
+    optional: bool = False  # a game may leave it out
 
 
 def race_fields(frame_shape: tuple, float_dim: int, n_actions: int) -> dict[str, FieldSpec]:
@@ -59,6 +61,7 @@ def race_fields(frame_shape: tuple, float_dim: int, n_actions: int) -> dict[str,
         "q_values": FieldSpec(("<f4",), (n_actions,), False),
         "input_w": FieldSpec(("|b1",), (), False),
         POLICY_VERSION: FieldSpec(ints, (), False),
+        ROAD_TILES_TOUCHED: FieldSpec(ints, (), True, optional=True),
     }
 
 
@@ -122,11 +125,13 @@ def encode_race(client_id: str, seq: int, rollout_results: dict, end_race_stats:
     """A race as the POST /v1/rollouts body (the reference client's side)."""
     race = {}
     for name, spec in fields.items():
+        if spec.optional and name not in rollout_results:
+            continue
         values = rollout_results[name]
         array = np.asarray(values) if len(values) else np.zeros((0, *[0 if d is None else d for d in spec.per_step]))
         if name == "state_float":
             array = array.astype(np.float32, copy=False)
-        elif name in ("current_zone_idx", "actions", POLICY_VERSION):
+        elif name in ("current_zone_idx", "actions", POLICY_VERSION, ROAD_TILES_TOUCHED):
             array = array.astype(np.int64, copy=False)
         elif name == "frames":
             array = array.astype(np.uint8, copy=False)
@@ -198,6 +203,8 @@ def decode_race(body: dict, fields: dict[str, FieldSpec], max_states: int) -> De
     n_states = n_actions = None
     for name, spec in fields.items():
         if name not in race:
+            if spec.optional:
+                continue
             raise WireError(f"`race.{name}` is missing")
         array = decode_array(race[name], f"race.{name}", spec.dtypes)
         fits = array.ndim == 1 + len(spec.per_step) and all(
