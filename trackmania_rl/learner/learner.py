@@ -21,7 +21,6 @@ from trackmania_rl.agents.iqn import load_state_dict_into, make_network
 from trackmania_rl.agents.precision import choose_precision
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
 from trackmania_rl.config.values import settings_json
-from trackmania_rl.games.base import ROAD_TILES_TOUCHED
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.checkpoint import (
     BUFFER,
@@ -34,7 +33,7 @@ from trackmania_rl.learner.checkpoint import (
 )
 from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.replay.buffers import make_buffers, read_buffer_file, resize_buffers, save_buffer
-from trackmania_rl.replay.experience import fill_buffers
+from trackmania_rl.replay.experience import fill_buffers, require_road_tiles
 from trackmania_rl.replay.storage import InvalidBufferFile
 from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, validate_envelope
 
@@ -256,8 +255,7 @@ class Learner:
                 raise InvalidRollout(
                     f"`policy_version` {self.stats.policy_version - lag} is newer than the learner's {self.stats.policy_version}"
                 )
-            if self.cfg.reward_per_new_road_tile and ROAD_TILES_TOUCHED not in rollout_results:
-                raise InvalidRollout(f"rollout_results lacks `{ROAD_TILES_TOUCHED}`, which reward_per_new_road_tile needs")
+            require_road_tiles(rollout_results, self.cfg)
         except InvalidRollout as e:
             self.stats.rollouts_rejected += 1
             where = "an unnamed source"

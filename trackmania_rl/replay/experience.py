@@ -156,14 +156,19 @@ def off_road_penalties(state_float: np.ndarray, layout: FloatLayout, cfg) -> np.
     return -float(cfg.off_road_penalty_per_action) * np.asarray(off_road, dtype=np.float64)
 
 
+def require_road_tiles(rollout_results: dict, cfg) -> None:
+    """InvalidRollout when the run pays road tiles and the rollout does not count them."""
+    if cfg.reward_per_new_road_tile != 0 and ROAD_TILES_TOUCHED not in rollout_results:
+        raise InvalidRollout(f"rollout_results lacks `{ROAD_TILES_TOUCHED}`, which reward_per_new_road_tile needs")
+
+
 def road_tile_rewards(rollout_results: dict, cfg) -> np.ndarray:
     """Per step k -> k+1 (k = 0..F-2): reward_per_new_road_tile x the road tiles first touched in that step (the
     native CarRacing score pays for each; the centerline progress pays a cut corner over the grass as well)."""
     n_steps = max(0, len(rollout_results["frames"]) - 1)
+    require_road_tiles(rollout_results, cfg)
     if cfg.reward_per_new_road_tile == 0 or n_steps == 0:
         return np.zeros(n_steps)
-    if ROAD_TILES_TOUCHED not in rollout_results:
-        raise InvalidRollout(f"rollout_results lacks `{ROAD_TILES_TOUCHED}`, which reward_per_new_road_tile needs")
     touched = np.asarray(rollout_results[ROAD_TILES_TOUCHED], dtype=np.float64)
     return float(cfg.reward_per_new_road_tile) * np.diff(touched)
 
