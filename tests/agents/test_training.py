@@ -1,6 +1,8 @@
 """The IQN learning step (trackmania_rl/agents/training.py): loss, targets, optimizer, soft update, train
 steps, and an agent that learns a small chain MDP."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -153,6 +155,29 @@ def test_train_step_learns_and_updates_priorities(cfg, layout):
     assert np.count_nonzero(buffer.sampler.tree.leaves[:119] != 1.0) > 0  # priorities updated on test batches too
     loss, grad_norm = trainer.train_on_batch(buffer, do_learn=True)
     assert np.isfinite(loss) and grad_norm > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, online.parameters(), strict=True))
+
+
+def test_a_non_finite_gradient_skips_the_step_and_keeps_the_weights(cfg, layout):
+    from tests.helpers import make_rollout
+
+    buffer = make_buffer(cfg, layout, 200, rng=np.random.default_rng(0))
+    fill_buffers(make_rollout(cfg, layout, 120, True), buffer, None, cfg, layout, 0.99, np.random.default_rng(0))
+    online, target = make_network(cfg, layout, N_ACTIONS), make_network(cfg, layout, N_ACTIONS)
+    optimizer = make_optimizer(online, cfg, 1e-3)
+    trainer = Trainer(online, target, optimizer, cfg, "cpu")
+    batch = buffer.sample_batch()
+    poisoned = batch | {"reward": batch["reward"].clone()}
+    poisoned["reward"][0] = float("inf")  # an infinite target: the Huber loss's gradient becomes NaN
+    before = [p.detach().clone() for p in online.parameters()]
+    _, grad_norm, _ = trainer.train_on_tensors(poisoned, do_learn=True)
+    assert not math.isfinite(grad_norm) and trainer.nonfinite_steps_skipped == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, online.parameters(), strict=True))
+    assert not optimizer.state  # no moment was touched either
+    assert all(p.grad is None for p in online.parameters())  # nothing left over for the next step
+    loss, grad_norm, _ = trainer.train_on_tensors(batch, do_learn=True)
+    assert math.isfinite(loss) and math.isfinite(grad_norm) and trainer.nonfinite_steps_skipped == 1
+    assert all(torch.isfinite(p).all() for p in online.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, online.parameters(), strict=True))
 
 

@@ -127,6 +127,21 @@ def test_training_follows_the_replay_ratio_and_publishes(tmp_path):
             assert torch.equal(published[name], tensor), name
 
 
+def test_non_finite_gradients_are_skipped_logged_once_and_kept_out_of_the_means(tmp_path):
+    learner, messages = _learner(tmp_path)
+    for seed in range(3):
+        learner.ingest(*_race(learner, 60, seed=seed), META)
+    with torch.no_grad():  # a diverged weight: every loss and gradient from now on is NaN
+        next(learner.online.parameters()).view(-1)[0] = float("nan")
+    kept = {name: tensor.clone() for name, tensor in learner.online.state_dict().items()}
+    batches = learner.train(max_seconds=60)
+    assert batches >= 2 and learner.trainer.nonfinite_steps_skipped == batches == learner.stats.batches_done
+    assert sum("non-finite gradient" in m for m in messages) == 1
+    assert not learner.window["loss"] and not learner.window["grad_norm"]
+    for name, tensor in learner.online.state_dict().items():  # no other weight caught the NaN
+        torch.testing.assert_close(tensor, kept[name], rtol=0, atol=0, equal_nan=True)
+
+
 def test_buffer_grows_with_the_schedule_keeping_content(tmp_path):
     learner, messages = _learner(tmp_path)
     for seed in range(5):

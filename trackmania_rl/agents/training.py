@@ -3,13 +3,16 @@
 - `quantile_huber_loss`: per-sample loss (B,), summed over online quantiles, averaged over target quantiles.
 - `Trainer`: one learning step on a replay batch; standard IQN target (next action = argmax of the target
   network's quantile mean; `use_ddqn`: argmax of the online network's), loss = mean over the batch
-  (IS-weighted when prioritized), gradient clipping; `precision` float32, or bfloat16 for mixed precision
-  (IQNNetwork.training_forward keeps the loss, the cosines, the output layers and the dueling combine in
-  float32; no loss scaling is needed with bfloat16's exponent range). precision.py chooses it.
+  (IS-weighted when prioritized), gradient clipping, no step on a non-finite gradient (counted);
+  `precision` float32, or bfloat16 for mixed precision (IQNNetwork.training_forward keeps the loss, the cosines,
+  the output layers and the dueling combine in float32; no loss scaling is needed with bfloat16's exponent
+  range). precision.py chooses it.
 - `make_optimizer` / `set_optimizer_hyperparameters`: RAdam with decoupled weight decay on weights only.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -75,6 +78,7 @@ class Trainer:
         self.device = torch.device(device)
         self.precision = precision
         self.n_quantiles = int(cfg.iqn_n)
+        self.nonfinite_steps_skipped = 0
 
     @property
     def use_amp(self) -> bool:
@@ -106,7 +110,11 @@ class Trainer:
         return loss, per_sample.detach()
 
     def train_on_tensors(self, batch: dict, do_learn: bool = True) -> tuple[float, float, torch.Tensor]:
-        """One step on a ready batch: (loss, grad norm before clipping (0 when not learning), per-sample loss)."""
+        """One step on a ready batch: (loss, grad norm before clipping (0 when not learning), per-sample loss).
+
+        A non-finite gradient norm (an overflow, a diverging target) skips the optimizer step and counts it in
+        `nonfinite_steps_skipped`: one such step would write NaN into every weight and, once published, into
+        every collector, losing the run."""
         self.optimizer.zero_grad(set_to_none=True)
         with torch.set_grad_enabled(do_learn):  # test batches build no graph
             loss, per_sample = self.compute_loss(batch)
@@ -114,8 +122,12 @@ class Trainer:
         if do_learn:
             loss.backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.cfg.clip_grad_norm))
-            torch.nn.utils.clip_grad_value_(self.online.parameters(), self.cfg.clip_grad_value)
-            self.optimizer.step()
+            if math.isfinite(grad_norm):
+                torch.nn.utils.clip_grad_value_(self.online.parameters(), self.cfg.clip_grad_value)
+                self.optimizer.step()
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
+                self.nonfinite_steps_skipped += 1
         return float(loss.detach()), grad_norm, per_sample
 
     def train_on_batch(self, buffer, do_learn: bool = True) -> tuple[float, float]:

@@ -345,9 +345,14 @@ class Learner:
                 self.window_time["testing"] += time.perf_counter() - start
                 continue
             loss, grad_norm = self.trainer.train_on_batch(self.buffer, do_learn=True)
-            self.window["loss"].append(loss)
-            if math.isfinite(grad_norm):
+            if math.isfinite(grad_norm):  # a skipped step's NaN would blank the window's means
+                self.window["loss"].append(loss)
                 self.window["grad_norm"].append(grad_norm)
+            elif self.trainer.nonfinite_steps_skipped == 1:
+                self.log(
+                    f"batch {self.stats.batches_done + 1}: non-finite gradient (loss {loss}), optimizer step skipped and "
+                    "the weights kept (logged once; see training/nonfinite_steps_skipped)"
+                )
             self.stats.single_memories_used += cfg.batch_size
             self.stats.batches_done += 1
             done += 1
@@ -389,6 +394,7 @@ class Learner:
             training.update(self.schedules())
             training["replay_age_states"] = self.buffer.take_replay_age()
             training["batches_done"] = self.stats.batches_done
+            training["nonfinite_steps_skipped"] = self.trainer.nonfinite_steps_skipped
             training["buffer_size"] = len(self.buffer)
             training["buffer_test_size"] = len(self.buffer_test)
             self.logger.scalars("training", training, step)

@@ -24,6 +24,7 @@ TRAINING_TAGS = (
     "epsilon_boltzmann",
     "gamma",
     "batches_done",
+    "nonfinite_steps_skipped",
     "buffer_size",
     "buffer_test_size",
     "replay_age_states",
