@@ -55,6 +55,9 @@ off_road_penalty_per_action = 0.0
 # CarRacing: this x each road tile the car touches for the first time in the race (the native score pays for each;
 # a tile is ~3.5 m of road, so 0.1 pays ~1.7x what reward_per_m_advanced_along_centerline pays for the same metres).
 reward_per_new_road_tile = 0.1
+# A new tile pays only while the car is at most this many metres behind its own furthest progress along the lap, so
+# turning back for tiles missed earlier pays nothing (None: every new tile pays).
+road_tile_reward_max_m_behind_furthest = None
 
 # ---------------------------------------------------------------------------------------------------
 # Mini-races and n-step returns

@@ -176,6 +176,20 @@ def test_road_tile_reward_pays_the_tiles_first_touched_in_each_step():
     np.testing.assert_allclose(with_tiles.rewards[:, 0] - without.rewards[:, 0], [0.2, 0.0, 0.4, 0.1], atol=1e-6)
 
 
+def test_road_tiles_touched_while_driving_back_pay_nothing_when_the_run_limits_it():
+    cfg = tiny_config(reward_per_new_road_tile=0.1, n_steps=1, shaped_reward_dist_to_cur_vcp=0.0)
+    layout = layout_for(cfg)
+    rollout = make_rollout(cfg, layout, 6, finished=False)
+    rollout["road_tiles_touched"] = [0, 2, 3, 5, 6, 8]
+    # forward to 30 m, back to 27 m (3 m behind), back to 20 m (10 m behind), forward again to 26 m (4 m behind)
+    rollout["meters_advanced_along_centerline"] = [10.0, 20.0, 30.0, 27.0, 20.0, 26.0]
+    np.testing.assert_allclose(road_tile_rewards(rollout, cfg), [0.2, 0.1, 0.2, 0.1, 0.2])  # None: all pay
+    limited = cfg.replace(road_tile_reward_max_m_behind_furthest=5.0)
+    np.testing.assert_allclose(road_tile_rewards(rollout, limited), [0.2, 0.1, 0.2, 0.0, 0.2])
+    strict = cfg.replace(road_tile_reward_max_m_behind_furthest=0.0)
+    np.testing.assert_allclose(road_tile_rewards(rollout, strict), [0.2, 0.1, 0.0, 0.0, 0.0])
+
+
 def test_road_tile_reward_needs_the_tile_counts_and_checks_them():
     cfg = tiny_config(reward_per_new_road_tile=0.1)
     layout = layout_for(cfg)

@@ -39,6 +39,10 @@ def _probability(v):
     return _number(v) and 0 <= v <= 1
 
 
+def _optional_non_negative_number(v):
+    return v is None or _non_negative_number(v)
+
+
 def _bool(v):
     return isinstance(v, bool)
 
@@ -146,6 +150,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "shaped_reward_dist_to_cur_vcp": (_number, "a number", False),
     "off_road_penalty_per_action": (_non_negative_number, "a number >= 0", False),
     "reward_per_new_road_tile": (_non_negative_number, "a number >= 0", False),
+    "road_tile_reward_max_m_behind_furthest": (_optional_non_negative_number, "None or a number >= 0 (metres)", False),
     "shaped_reward_min_dist_to_cur_vcp": (_non_negative_number, "a number >= 0", False),
     "shaped_reward_max_dist_to_cur_vcp": (_positive_number, "a positive number", False),
     "n_steps": (_positive_int, "a positive integer", True),
@@ -234,6 +239,7 @@ ADDED_LATER = {
     "training_precision": "auto",
     "off_road_penalty_per_action": 0.0,
     "reward_per_new_road_tile": 0.0,
+    "road_tile_reward_max_m_behind_furthest": None,
     "held_out_seeds": range(100, 110),
     "held_out_eval_period_s": 300,
     "keep_weights_at_minutes": [30],

@@ -164,13 +164,21 @@ def require_road_tiles(rollout_results: dict, cfg) -> None:
 
 def road_tile_rewards(rollout_results: dict, cfg) -> np.ndarray:
     """Per step k -> k+1 (k = 0..F-2): reward_per_new_road_tile x the road tiles first touched in that step (the
-    native CarRacing score pays for each; the centerline progress pays a cut corner over the grass as well)."""
+    native CarRacing score pays for each; the centerline progress pays a cut corner over the grass as well).
+
+    With road_tile_reward_max_m_behind_furthest set, a step's tiles pay only when the car ends it at most that far
+    behind the furthest progress it has reached: driving back for tiles missed earlier pays nothing."""
     n_steps = max(0, len(rollout_results["frames"]) - 1)
     require_road_tiles(rollout_results, cfg)
     if cfg.reward_per_new_road_tile == 0 or n_steps == 0:
         return np.zeros(n_steps)
-    touched = np.asarray(rollout_results[ROAD_TILES_TOUCHED], dtype=np.float64)
-    return float(cfg.reward_per_new_road_tile) * np.diff(touched)
+    new_tiles = np.diff(np.asarray(rollout_results[ROAD_TILES_TOUCHED], dtype=np.float64))
+    max_behind = cfg.road_tile_reward_max_m_behind_furthest
+    if max_behind is not None:
+        progress = np.asarray(rollout_results["meters_advanced_along_centerline"], dtype=np.float64)
+        behind_furthest = np.maximum.accumulate(progress) - progress
+        new_tiles = np.where(behind_furthest[1:] <= max_behind, new_tiles, 0.0)
+    return float(cfg.reward_per_new_road_tile) * new_tiles
 
 
 def n_steps_per_transition(action_was_greedy, n_states: int, n_steps_max: int, discard_non_greedy: bool) -> np.ndarray:
