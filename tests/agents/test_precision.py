@@ -23,6 +23,29 @@ def test_float32_training_forward_is_forward(cfg, layout, random_states):
     torch.testing.assert_close(q_training, q)
 
 
+def test_the_learning_step_on_the_cpu_runs_the_convolutions_channels_last_with_the_same_values(cfg, layout, random_states):
+    network = make_network(cfg, layout, N_ACTIONS)
+    img, floats = random_states(cfg, layout, 10)
+    layouts = []
+    for convolution in network.convolutions:
+        convolution.register_forward_hook(lambda module, inputs, output: layouts.append(output.is_contiguous()))
+    torch.manual_seed(5)
+    network.training_forward(img, floats, 8, torch.float32)
+    assert layouts == [False] * len(network.convolutions)  # channels-last strides, not NCHW
+    layouts.clear()
+    torch.manual_seed(5)
+    q, _ = network(img, floats, 8)
+    assert layouts == [True] * len(network.convolutions)  # the collectors' and evaluation's forward: as it was
+    # frames that are a strided view (every other state of a batch) get the same values as their compact copy
+    every_other = img[::2], floats[::2]
+    assert not every_other[0].is_contiguous()
+    torch.manual_seed(6)
+    q_view, _ = network.training_forward(*every_other, 8, torch.float32)
+    torch.manual_seed(6)
+    q_compact, _ = network(every_other[0].contiguous(), every_other[1].contiguous(), 8)
+    torch.testing.assert_close(q_view, q_compact)
+
+
 def test_bfloat16_keeps_the_cosines_output_layers_and_combine_in_float32(cfg, layout, random_states):
     network = make_network(cfg, layout, N_ACTIONS)
     img, floats = random_states(cfg, layout, 16)

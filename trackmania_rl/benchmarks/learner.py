@@ -18,8 +18,9 @@
   TorchScript forward at the same fractions and the mean of its quantiles.
 Also `learner.sample_ms_prioritized` (the prioritized sampler on the same storage) and
 `learner.states_per_transition` (frames actually stored per transition after filling).
-Torch runs on one thread (the learner's setting on 2 shared cores: more threads stall, see tests/); the
-buffer is filled with synthetic rollouts of random frames.
+Torch runs on one thread (the learner's setting on 2 shared cores: more threads stall, see tests/), and glibc
+keeps freed memory for reuse as in the learner (learner/allocator.py); the buffer is filled with synthetic
+rollouts of random frames.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from trackmania_rl.agents.training import Trainer, make_optimizer
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
+from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
 from trackmania_rl.replay.buffers import TransitionReplayBuffer, make_buffer
 from trackmania_rl.replay.experience import Experience, rollout_to_experience
 from trackmania_rl.replay.mini_race import MiniRaceTransform, draw_mini_race_clock
@@ -220,6 +222,7 @@ def cpu_model() -> str:
 def run(args):
     quick = bool(getattr(args, "quick", False))
     torch.set_num_threads(1)
+    keep_freed_memory_for_reuse()
     cfg = default_config()
     layout = make_float_layout(cfg)
     n_actions = len(cfg.inputs)

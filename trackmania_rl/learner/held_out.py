@@ -158,4 +158,5 @@ class HeldOutEvaluation:
             return
         learner.stats.held_out_best_score = entry["mean_native_score"]
         score = entry["mean_native_score"]
-        self.log(f"best model so far saved to {self.run_dir / BEST}: held-out mean {score:.1f} (previous best {previous})")
+        previous_text = "none" if previous is None else f"{previous:.1f}"
+        self.log(f"best model so far saved to {self.run_dir / BEST}: held-out mean {score:.1f} (previous best {previous_text})")

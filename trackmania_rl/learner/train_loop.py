@@ -12,6 +12,7 @@ from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load_config, load_user_config
 from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
 from trackmania_rl.learner.cores import LearnerThreads
 from trackmania_rl.learner.held_out import HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
@@ -205,6 +206,7 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     sources = " + ".join(([f"{collectors_count} local collector(s)"] if collectors_count else []) + remote_source_names(options, cfg))
     log(f"run {options.run_name}: device {device}, {sources}, game {user.game_backend}, saves in {run_dir}")
 
+    log(keep_freed_memory_for_reuse())  # before the precision probe and the first train steps
     # One torch thread per core left over by the games on this machine, more while paced collectors idle (cores.py)
     run.threads = LearnerThreads(os.cpu_count() or 1, games_on_this_machine(options, cfg, collectors_count))
     run.logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
