@@ -21,6 +21,11 @@ def test_float32_training_forward_is_forward(cfg, layout, random_states):
     q_training, taus_training = network.training_forward(img, floats, 8, torch.float32)
     torch.testing.assert_close(taus_training, taus)
     torch.testing.assert_close(q_training, q)
+    # at given fractions (the benchmark's bfloat16 acting path): the same fractions for every state of the batch
+    fixed = torch.linspace(0.1, 0.9, 8).unsqueeze(0)
+    q_fixed, taus_fixed = network.training_forward(img, floats, 8, torch.float32, taus=fixed)
+    assert taus_fixed.shape == (5, 8) and torch.equal(taus_fixed[3], fixed[0])
+    torch.testing.assert_close(q_fixed, network(img, floats, 8, fixed)[0])
 
 
 def test_the_learning_step_on_the_cpu_runs_the_convolutions_channels_last_with_the_same_values(cfg, layout, random_states):

@@ -150,18 +150,27 @@ class IQNNetwork(nn.Module):
         return self.q_from_features(features, self.quantile_embedding(taus)), taus
 
     def training_forward(
-        self, img: torch.Tensor, state_float: torch.Tensor, n_quantiles: int, low_precision: torch.dtype | None = None
+        self,
+        img: torch.Tensor,
+        state_float: torch.Tensor,
+        n_quantiles: int,
+        low_precision: torch.dtype | None = None,
+        taus: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """forward for the learning step, optionally mixed precision: with `low_precision` (torch.bfloat16) the
         conv head, the float MLP, the embedding's linear layer and the heads' hidden layers run under autocast,
         while what needs the resolution stays float32: the cosines of the quantile embedding, the heads' output
         layers and the dueling combination (Q values of 50-100 have a bf16 step of 0.25-0.5, more than typical
-        advantage gaps). Returns float32 (Q (B, N, A), taus (B, N)). Not part of the scripted forward."""
+        advantage gaps). `taus`: fixed fractions (1 or B, N), else sampled. Returns float32 (Q (B, N, A), taus
+        (B, N)). Not part of the scripted forward."""
         device_type = img.device.type
         enabled = low_precision is not None and low_precision != torch.float32
         with torch.autocast(device_type, dtype=low_precision if enabled else torch.bfloat16, enabled=enabled):
             features = self.state_features(img, state_float, channels_last=device_type == "cpu")
-            taus = self.sample_taus(img.shape[0], n_quantiles, img.device)
+            if taus is None:
+                taus = self.sample_taus(img.shape[0], n_quantiles, img.device)
+            else:
+                taus = taus.float().expand(img.shape[0], -1)
             cosines = torch.cos(taus.unsqueeze(-1) * self.cos_frequencies)  # float32: cos is not autocast
             x = features.unsqueeze(1) * self.iqn_activation(self.iqn_fc(cosines))
             advantage_hidden = nn.functional.leaky_relu(self.advantage_hidden_layer(x), LEAKY_SLOPE)

@@ -16,7 +16,9 @@
 `game.render_ms`, `game.render_ms_gymnasium_road` and `game.render_speedup`: our render against the same
 env drawing the road with CarRacing's own code (see `_render_figures`); `game.decision_us_after_render`
 and `game.decision_us_after_render_forward`: a collector's decision right after a render, through its
-acting program and through the TorchScript forward (see `_decision_figures`).
+acting program and through the TorchScript forward, and `..._forward_bfloat16` through the learning step's
+bfloat16 mixed precision (see `_decision_figures`); `game.bfloat16_acting_same_action_fraction`: how often that
+bfloat16 path picks the shipped model's float32 greedy action in its own races (see `_bfloat16_agreement`).
 Also `game.collector_efficiency_without_network` (the same rollout replaying the recorded actions with
 no network: the game side's own overhead), the rollout's per-stage timings
 (`game.rollout_ns_per_action.<stage>`), the bare game's (`game.bare_ns_per_action.render|physics`), and
@@ -31,15 +33,18 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
+import torch
 import torch.multiprocessing as torch_mp
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
 from trackmania_rl.agents.acting import acting_torch_settings
-from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.agents.iqn import IQNNetwork, make_network
 from trackmania_rl.agents.policy import CollectorPolicy
 from trackmania_rl.config.loader import default_config
+from trackmania_rl.evaluation.evaluate import EvaluationError, open_policy, play_race
 from trackmania_rl.games.base import MapSpec
 from trackmania_rl.games.car_racing.driver import centerline_follower
 from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size
@@ -47,6 +52,8 @@ from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
 
 SEEDS = (0, 1, 2, 3)
+SHIPPED_WEIGHTS = Path(__file__).resolve().parents[2] / "models" / "carracing_default" / "weights.torch"
+AGREEMENT_SEEDS = (500000, 500001, 500002)  # final test seeds: nothing is selected on them here
 STAGES = ("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network", "bookkeeping")
 GAME_STAGES = ("render", "physics")  # the bare game's own, timed in both
 
@@ -295,17 +302,37 @@ def _render_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
     yield {"figure": "game.render_speedup", "value": round(median_ms["gymnasium"] / median_ms["ours"], 3), "unit": "x"}
 
 
+def bfloat16_mean_q(network: IQNNetwork, taus: torch.Tensor):
+    """`q(frame, state_float) -> (A,)`: the mean Q at fractions `taus` (1, N) for one state, computed as the
+    learning step computes in bfloat16 (IQNNetwork.training_forward), oneDNN on for it (its faster case)."""
+
+    def q(frame, state_float):
+        img = torch.from_numpy(np.ascontiguousarray(frame)).unsqueeze(0)
+        floats = torch.from_numpy(np.ascontiguousarray(state_float, dtype=np.float32)).unsqueeze(0)
+        mkldnn = torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = True
+        try:
+            with torch.inference_mode():
+                values, _ = network.training_forward(img, floats, taus.shape[1], torch.bfloat16, taus=taus)
+        finally:
+            torch.backends.mkldnn.enabled = mkldnn
+        return values[0].mean(dim=0).numpy()
+
+    return q
+
+
 def _decision_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
     """`game.decision_us_after_render`: one collector decision (`Inferer.get_exploration_action` through the
     acting program) right after a render, as in a rollout; `..._forward`: the same decision through the
-    TorchScript forward at the same fractions (the path before the acting program), alternated with it
-    after every other render, with the collector's torch settings; both decide on every frame and their
-    Q values are checked equal to float rounding."""
+    TorchScript forward at the same fractions (the path before the acting program); `..._forward_bfloat16`:
+    through the learning step's bfloat16 mixed precision (`bfloat16_mean_q`). Alternated after every render in
+    rotated order, with the collector's torch settings; all decide on every frame and the float32 paths' Q
+    values are checked equal to float rounding."""
     game = CarRacingGameInstance(cfg)
     layout = game.float_layout
     rng = np.random.default_rng(0)
     state_float = layout.mean.astype(np.float32)  # the floats do not change the work
-    times = {"acting": [], "forward": []}
+    times = {"acting": [], "forward": [], "forward_bfloat16": []}
     try:
         with acting_torch_settings():
             shared = make_network(cfg, layout, len(cfg.inputs), "cpu")
@@ -314,12 +341,14 @@ def _decision_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
             paths = {
                 "acting": lambda f, s: inferer.get_exploration_action(f, s)[3],
                 "forward": lambda f, s: inferer.infer_network(f, s).mean(axis=0),
+                "forward_bfloat16": bfloat16_mean_q(inferer.network.module, inferer.taus),
             }
+            names = sorted(paths)
             for seed in range(n_seeds):
                 game.env.reset(seed=seed)
                 for k in range(actions_per_seed):
                     q = {}
-                    for name in sorted(paths, reverse=bool(k % 2)):
+                    for name in names[k % len(names) :] + names[: k % len(names)]:
                         frame = game.convert_frame(game.env.render_state_pixels())
                         start = time.perf_counter_ns()
                         q[name] = paths[name](frame, state_float)
@@ -346,4 +375,52 @@ def _decision_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
         "unit": "us",
         "path": "torch.jit.script forward",
         **common,
+    }
+    yield {
+        "figure": "game.decision_us_after_render_forward_bfloat16",
+        "value": round(median_us["forward_bfloat16"], 1),
+        "unit": "us",
+        "path": "IQNNetwork.training_forward in bfloat16 (the learning step's mixed precision), oneDNN on",
+        **common,
+    }
+    yield from _bfloat16_agreement(cfg)
+
+
+def _bfloat16_agreement(cfg):
+    """`game.bfloat16_acting_same_action_fraction`: the shipped model (models/carracing_default) plays greedy
+    races on AGREEMENT_SEEDS through its float32 acting program; at every decision the bfloat16 path
+    (`bfloat16_mean_q`) is asked too, and the share of decisions where both pick the same action is the
+    figure. Random weights would not do: their Q gaps are not a trained network's. Skipped when the shipped
+    weights do not fit the default config."""
+    try:
+        policy = open_policy(weights=SHIPPED_WEIGHTS)
+    except EvaluationError as e:
+        yield {"figure": "game.bfloat16_acting_same_action_fraction", "value": None, "skipped": str(e)}
+        return
+    bfloat16_q = bfloat16_mean_q(policy.network, policy.inferer.taus)
+    same, gaps, differences = [], [], []
+
+    def observer(step, frame, state_float, decision):
+        q = decision[3]
+        q_bfloat16 = bfloat16_q(frame, state_float)
+        same.append(int(np.argmax(q)) == int(np.argmax(q_bfloat16)))
+        top_two = np.sort(q)[-2:]
+        gaps.append(float(top_two[1] - top_two[0]))
+        differences.append(float(np.abs(q - q_bfloat16).max()))
+
+    game = CarRacingGameInstance(policy.cfg)
+    try:
+        with acting_torch_settings():
+            for seed in AGREEMENT_SEEDS:
+                play_race(game, policy, seed, observer)
+    finally:
+        game.close()
+    yield {
+        "figure": "game.bfloat16_acting_same_action_fraction",
+        "value": round(sum(same) / len(same), 4),
+        "unit": "fraction",
+        "decisions": len(same),
+        "seeds": list(AGREEMENT_SEEDS),
+        "median_gap_best_to_second_q": round(statistics.median(gaps), 4),
+        "median_max_abs_q_difference": round(statistics.median(differences), 4),
     }
