@@ -2,6 +2,7 @@
 
     python scripts/benchmark.py game|learner|pipeline|all
     python scripts/benchmark.py ray|http     # the optional sources (pip install -e ".[ray]" / ".[http]"); not in `all`
+    python scripts/benchmark.py learner --device cuda   # the train-step figures on a GPU
 Each suite lives in trackmania_rl/benchmarks/<suite>.py as `run(args) -> iterator of figure dicts`.
 """
 
@@ -17,6 +18,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", choices=SUITES + OPTIONAL_SUITES + ("all",))
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, figures are noisier)")
+    parser.add_argument("--device", default="cpu", help="torch device of the learner suite's train-step figures: cpu (default) or cuda[:i]")
     args = parser.parse_args(argv)
     suites = SUITES if args.suite == "all" else (args.suite,)
     for suite in suites:

@@ -20,7 +20,9 @@ Also `learner.sample_ms_prioritized` (the prioritized sampler on the same storag
 `learner.states_per_transition` (frames actually stored per transition after filling).
 Torch runs on one thread (the learner's setting on 2 shared cores: more threads stall, see tests/), and glibc
 keeps freed memory for reuse as in the learner (learner/allocator.py); the buffer is filled with synthetic
-rollouts of random frames.
+rollouts of random frames. `--device cuda` runs the train-step figures (bare, full, both precisions, FLOPs
+fraction against that GPU's large-GEMM peak) on the GPU, with batches moved there as the learner moves them;
+sampling and the collectors' inference stay on the CPU, where they run in training.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.precision import MIN_SPEEDUP
 from trackmania_rl.agents.training import Trainer, make_optimizer
 from trackmania_rl.config.loader import default_config
+from trackmania_rl.device import choose_device
 from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
@@ -49,6 +52,7 @@ from trackmania_rl.replay.mini_race import MiniRaceTransform, draw_mini_race_clo
 from trackmania_rl.replay.samplers import PrioritizedSampler
 
 BATCH_SIZE = 512
+CPU = torch.device("cpu")
 ROLLOUT_STATES = 400
 
 
@@ -148,32 +152,43 @@ def _ms(seconds: list) -> float:
     return round(statistics.median(seconds) * 1000, 3)
 
 
-def _timed(fn) -> float:
+def _timed(fn, device: torch.device = CPU) -> float:
+    """Seconds of `fn()`; on a GPU, from an idle device to the end of the work it queued."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     start = time.perf_counter()
     fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return time.perf_counter() - start
 
 
-def gemm_peak_flops(dtype: torch.dtype, n: int = 2048, reps: int = 7) -> float:
-    """FLOP/s of one large square matrix product in `dtype` on this thread count: the machine's practical peak."""
+def gemm_peak_flops(dtype: torch.dtype, device: torch.device = CPU, reps: int = 7) -> float:
+    """FLOP/s of one large square matrix product in `dtype` on this device (and thread count): its practical peak.
+    A GPU needs a larger product than a CPU thread to reach it."""
+    n = 8192 if device.type == "cuda" else 2048
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(n, n, generator=g).to(dtype), torch.randn(n, n, generator=g).to(dtype)
+    a, b = (torch.randn(n, n, generator=g).to(device=device, dtype=dtype) for _ in range(2))
     a @ b
-    return 2 * n**3 / statistics.median(_timed(lambda: a @ b) for _ in range(reps))
+    return 2 * n**3 / statistics.median(_timed(lambda: a @ b, device) for _ in range(reps))
 
 
-def precision_figures(cfg, layout, n_actions: int, buffer, reps: int):
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+
+
+def on_device(buffer: TransitionReplayBuffer, cfg, layout, device: torch.device, seed: int, batch_size: int) -> TransitionReplayBuffer:
+    """The same storage and sampler, with batches moved to `device` by the transform (as the learner's buffers)."""
+    transform = MiniRaceTransform(cfg, layout, device=device, rng=np.random.default_rng(seed))
+    return TransitionReplayBuffer(storage=buffer.storage, sampler=buffer.sampler, transform=transform, batch_size=batch_size)
+
+
+def precision_figures(cfg, layout, n_actions: int, buffer, reps: int, device: torch.device = CPU):
     """At the shipped config's batch size: the full train step (sample + transform + step) in float32 and in
     bfloat16, alternated (`learner.bf16_speedup` = fp32 / bf16), and, in the dtype `training_precision = "auto"`
     would choose by the same rule, the FLOPs of one full step (torch.utils.flop_counter) per second of it, as a
     fraction of a large GEMM's FLOP/s in that dtype (`learner.flops_fraction_of_peak`)."""
-    device = torch.device("cpu")
-    shipped = TransitionReplayBuffer(
-        storage=buffer.storage,
-        sampler=buffer.sampler,
-        transform=MiniRaceTransform(cfg, layout, rng=np.random.default_rng(7)),
-        batch_size=cfg.batch_size,
-    )
+    shipped = on_device(buffer, cfg, layout, device, seed=7, batch_size=cfg.batch_size)
     online, target = make_network(cfg, layout, n_actions, device), make_network(cfg, layout, n_actions, device)
     target.load_state_dict(online.state_dict())
     trainer = Trainer(online, target, make_optimizer(online, cfg, 1e-4), cfg, device)
@@ -181,11 +196,11 @@ def precision_figures(cfg, layout, n_actions: int, buffer, reps: int):
     for round_index in range(2 + 2 * reps):
         for dtype, measured in times.items():
             trainer.precision = dtype
-            seconds = _timed(lambda: trainer.train_on_batch(shipped, True))
+            seconds = _timed(lambda: trainer.train_on_batch(shipped, True), device)
             if round_index >= 2:  # warm-up
                 measured.append(seconds)
     fp32, bf16 = statistics.median(times[torch.float32]), statistics.median(times[torch.bfloat16])
-    common = {"batch_size": cfg.batch_size, "threads": torch.get_num_threads(), "cpu": cpu_model()}
+    common = {"batch_size": cfg.batch_size, "threads": torch.get_num_threads(), "device": device_name(device)}
     yield {"figure": "learner.train_step_ms_full_float32", "value": round(1000 * fp32, 2), "unit": "ms", **common}
     yield {"figure": "learner.train_step_ms_full_bfloat16", "value": round(1000 * bf16, 2), "unit": "ms", **common}
     yield {"figure": "learner.bf16_speedup", "value": round(fp32 / bf16, 3), "unit": "x", "target": ">= 1.5 where bf16 is native", **common}
@@ -194,7 +209,7 @@ def precision_figures(cfg, layout, n_actions: int, buffer, reps: int):
     with FlopCounterMode(display=False) as counter:
         trainer.train_on_batch(shipped, True)
     step_flops = counter.get_total_flops()
-    peak = gemm_peak_flops(dtype)
+    peak = gemm_peak_flops(dtype, device)
     step_s = bf16 if dtype == torch.bfloat16 else fp32
     yield {"figure": "learner.train_step_gflop", "value": round(step_flops / 1e9, 3), "unit": "GFLOP", **common}
     yield {"figure": "learner.gemm_peak_gflops", "value": round(peak / 1e9, 1), "unit": "GFLOP/s", "dtype": str(dtype), **common}
@@ -294,17 +309,19 @@ def run(args):
     }
 
     # train step: bare (ready tensors) and full (from the buffer), alternated
-    device = torch.device("cpu")
+    device = choose_device(getattr(args, "device", None) or "cpu")
+    common["device"] = device_name(device)
+    buffer_here = on_device(buffer, cfg, layout, device, seed=8, batch_size=BATCH_SIZE)
     online, target = make_network(cfg, layout, n_actions, device), make_network(cfg, layout, n_actions, device)
     target.load_state_dict(online.state_dict())
     trainer = Trainer(online, target, make_optimizer(online, cfg, 1e-4), cfg, device)
-    ready = buffer.sample_batch()
+    ready = buffer_here.sample_batch()
     for _ in range(2):
-        trainer.train_on_tensors(ready, True), trainer.train_on_batch(buffer, True)
+        trainer.train_on_tensors(ready, True), trainer.train_on_batch(buffer_here, True)
     bare, full = [], []
     for _ in range(train_reps):
-        bare.append(_timed(lambda: trainer.train_on_tensors(ready, True)))
-        full.append(_timed(lambda: trainer.train_on_batch(buffer, True)))
+        bare.append(_timed(lambda: trainer.train_on_tensors(ready, True), device))
+        full.append(_timed(lambda: trainer.train_on_batch(buffer_here, True), device))
     yield {"figure": "learner.train_step_ms_bare", "value": _ms(bare), "unit": "ms", "iqn_n": cfg.iqn_n, "use_ddqn": cfg.use_ddqn, **common}
     yield {"figure": "learner.train_step_ms_full", "value": _ms(full), "unit": "ms", **common}
     yield {
@@ -313,7 +330,8 @@ def run(args):
         "unit": "x",
         "target": "<= 1.10",
     }
-    yield from precision_figures(cfg, layout, n_actions, buffer, train_reps)
+    yield from precision_figures(cfg, layout, n_actions, buffer, train_reps, device)
+    common.pop("device")
 
     # inference, batch 1, warm: a collector's decision (the acting program) and the TorchScript forward it
     # replaces (quantiles at the same fractions, then their mean), alternated
