@@ -10,59 +10,20 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.faults.helpers import Trainer, process_exists, train_command
 from tests.helpers import write_tiny_config
 from trackmania_rl.learner.checkpoint import find_checkpoint
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_LIVE = Path("save") / "e2e" / "config_live.py"  # the run's own live config, under tmp_path
 
 
-class TrainProcess:
-    def __init__(self, tmp_path: Path, run_name: str, minutes: float, collectors: int, log_name: str):
-        self.tmp_path = tmp_path
-        self.log_path = tmp_path / log_name
-        self.config_live = tmp_path / "save" / run_name / "config_live.py"  # the run's own live config
-        command = [
-            sys.executable,
-            str(REPO_ROOT / "scripts" / "train.py"),
-            "--config", str(tmp_path / "config.py"),
-            "--save-dir", str(tmp_path / "save"),
-            "--tensorboard-dir", str(tmp_path / "tensorboard"),
-            "--run-name", run_name,
-            "--max-minutes", str(minutes),
-            "--collectors", str(collectors),
-            "--no-status-line",
-        ]  # fmt: skip
-        self.log_file = open(self.log_path, "w")
-        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT, cwd=tmp_path)
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def wait_for(self, pattern: str, timeout_s: float) -> re.Match:
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            match = re.search(pattern, self.log())
-            if match:
-                return match
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.25)
-        raise AssertionError(f"`{pattern}` did not appear in the training log:\n{self.log()[-4000:]}")
-
-    def finish(self, timeout_s: float) -> int:
-        try:
-            return self.process.wait(timeout_s)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.log_file.close()
+def start_train(tmp_path: Path, minutes: float, collectors: int) -> Trainer:
+    return Trainer(train_command(tmp_path, "e2e", "--max-minutes", str(minutes), "--collectors", str(collectors)), cwd=tmp_path)
 
 
 def _edit(path: Path, old: str, new: str) -> None:
@@ -80,24 +41,13 @@ def _stats(tmp_path: Path, run_name: str) -> dict:
     return json.loads((folder / "stats.json").read_text())
 
 
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie (exited, not yet reaped) does not count as running
-    try:
-        return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.slow
 def test_train_end_to_end_then_resume(tmp_path):
     config = write_tiny_config(tmp_path)
     # held-out evaluations every 25 s of training on two short tracks; weights kept at half a minute
     config.write_text(config.read_text() + "held_out_seeds = [100, 101]\nheld_out_eval_period_s = 25\nkeep_weights_at_minutes = [0.5]\n")
-    run = TrainProcess(tmp_path, "e2e", minutes=1.2, collectors=2, log_name="run1.log")
+    run = start_train(tmp_path, minutes=1.2, collectors=2)
+    config_live = tmp_path / CONFIG_LIVE
     try:
         run.wait_for(r"live config of this run: .*config_live.py \(copied from", 60)
         first_pid = int(run.wait_for(r"collector 0 started \(pid (\d+)\)", 60).group(1))
@@ -106,13 +56,13 @@ def test_train_end_to_end_then_resume(tmp_path):
         # live config: an edit that fails validation is refused, the run keeps going
         run.wait_for(r"\[collector 0\] ready", 60)
         run.wait_for(r"\[collector 1\] ready", 60)
-        _edit(run.config_live, "tau_epsilon_boltzmann = 0.01", "tau_epsilon_boltzmann = -5")
+        _edit(config_live, "tau_epsilon_boltzmann = 0.01", "tau_epsilon_boltzmann = -5")
         run.wait_for(r"config edit refused.*tau_epsilon_boltzmann", 60)
         # a valid edit is applied; a restart-only one is reported and held back
-        _edit(run.config_live, "tau_epsilon_boltzmann = -5", "tau_epsilon_boltzmann = 0.02")
+        _edit(config_live, "tau_epsilon_boltzmann = -5", "tau_epsilon_boltzmann = 0.02")
         run.wait_for(r"\[learner\] config reloaded: tau_epsilon_boltzmann changed", 60)
         run.wait_for(r"\[collector 1\] config reloaded: tau_epsilon_boltzmann changed", 60)
-        _edit(run.config_live, "# --- tiny settings", "n_steps = 2\n# --- tiny settings")
+        _edit(config_live, "# --- tiny settings", "n_steps = 2\n# --- tiny settings")
         run.wait_for(r"\[learner\] config setting `n_steps` = 2 needs a restart", 60)
 
         # kill a collector mid-run: it is replaced and the run goes on
@@ -124,8 +74,7 @@ def test_train_end_to_end_then_resume(tmp_path):
         assert len(re.findall(r"collector 0 started \(pid (\d+)\)", run.log())) == 2
         assert run.finish(180) == 0, run.log()[-4000:]
     finally:
-        if run.process.poll() is None:
-            run.process.kill()
+        run.kill()
     log1 = run.log()
     assert "Traceback" not in log1.split("collector 0 died")[0], log1
     stats1 = _stats(tmp_path, "e2e")
@@ -150,15 +99,15 @@ def test_train_end_to_end_then_resume(tmp_path):
     assert (tmp_path / "save" / "e2e" / "at-minute-0.5" / "weights_online.torch").is_file()
     # no collector outlived the run
     for pid in map(int, re.findall(r"started \(pid (\d+)\)", log1)):
-        assert not _process_exists(pid), f"collector pid {pid} outlived the run"
+        assert not process_exists(pid), f"collector pid {pid} outlived the run"
 
     # resume: counters, weights and buffers continue; Ctrl-C stops it cleanly with a final save
     # the run's live file keeps its edits for the resume; the restart-only n_steps edit is undone (the saved
     # buffer was built with the old n_steps: resuming with the new one is refused, a user would use --fresh)
-    _edit(run.config_live, "n_steps = 2\n# --- tiny settings", "# --- tiny settings")
-    live_text = run.config_live.read_text()
+    _edit(config_live, "n_steps = 2\n# --- tiny settings", "# --- tiny settings")
+    live_text = config_live.read_text()
     assert "tau_epsilon_boltzmann = 0.02" in live_text
-    run2 = TrainProcess(tmp_path, "e2e", minutes=5, collectors=1, log_name="run2.log")
+    run2 = start_train(tmp_path, minutes=5, collectors=1)
     try:
         run2.wait_for(r"live config of this run: .*config_live.py \(kept from the previous session", 60)
         resumed = run2.wait_for(r"resumed from .*: (\d+) frames, (\d+) batches, buffer (\d+) \+ test (\d+) transitions", 90)
@@ -168,13 +117,12 @@ def test_train_end_to_end_then_resume(tmp_path):
         run2.process.send_signal(signal.SIGINT)
         assert run2.finish(120) == 0, run2.log()[-4000:]
     finally:
-        if run2.process.poll() is None:
-            run2.process.kill()
+        run2.kill()
     log2 = run2.log()
-    assert run2.config_live.read_text() == live_text  # the run's own live file, edits included, was kept
+    assert config_live.read_text() == live_text  # the run's own live file, edits included, was kept
     assert "interrupted: stopping collectors and saving" in log2
     for pid in map(int, re.findall(r"started \(pid (\d+)\)", log2)):
-        assert not _process_exists(pid), f"collector pid {pid} outlived the interrupted run"
+        assert not process_exists(pid), f"collector pid {pid} outlived the interrupted run"
     stats2 = _stats(tmp_path, "e2e")
     assert stats2["frames_played"] > stats1["frames_played"]
     assert stats2["races"] > stats1["races"]
@@ -183,7 +131,7 @@ def test_train_end_to_end_then_resume(tmp_path):
 
     # a learner killed outright (SIGKILL: no chance to clean up) takes its collectors with it, and the
     # run's last checkpoint is intact
-    run3 = TrainProcess(tmp_path, "e2e", minutes=5, collectors=1, log_name="run3.log")
+    run3 = start_train(tmp_path, minutes=5, collectors=1)
     try:
         run3.wait_for(r"resumed from", 90)
         pid = int(run3.wait_for(r"collector 0 started \(pid (\d+)\)", 60).group(1))
@@ -191,10 +139,9 @@ def test_train_end_to_end_then_resume(tmp_path):
         run3.process.kill()
         run3.finish(30)
         deadline = time.time() + 15
-        while _process_exists(pid) and time.time() < deadline:
+        while process_exists(pid) and time.time() < deadline:
             time.sleep(0.2)
-        assert not _process_exists(pid), "a collector outlived its killed learner"
+        assert not process_exists(pid), "a collector outlived its killed learner"
     finally:
-        if run3.process.poll() is None:
-            run3.process.kill()
+        run3.kill()
     assert _stats(tmp_path, "e2e") == stats2
