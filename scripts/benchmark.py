@@ -10,6 +10,8 @@ import argparse
 import importlib
 import json
 
+from trackmania_rl.device import choose_device
+
 SUITES = ("game", "learner", "pipeline")
 OPTIONAL_SUITES = ("ray", "http")  # each needs its extra installed
 
@@ -20,6 +22,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, figures are noisier)")
     parser.add_argument("--device", default="cpu", help="torch device of the learner suite's train-step figures: cpu (default) or cuda[:i]")
     args = parser.parse_args(argv)
+    try:
+        choose_device(args.device)
+    except ValueError as e:
+        parser.error(f"--device: {e}")
     suites = SUITES if args.suite == "all" else (args.suite,)
     for suite in suites:
         module = importlib.import_module(f"trackmania_rl.benchmarks.{suite}")

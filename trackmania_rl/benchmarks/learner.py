@@ -236,6 +236,7 @@ def cpu_model() -> str:
 
 def run(args):
     quick = bool(getattr(args, "quick", False))
+    device = choose_device(getattr(args, "device", None) or "cpu")  # of the train-step figures; a bad name fails here
     torch.set_num_threads(1)
     keep_freed_memory_for_reuse()
     cfg = default_config()
@@ -309,8 +310,7 @@ def run(args):
     }
 
     # train step: bare (ready tensors) and full (from the buffer), alternated
-    device = choose_device(getattr(args, "device", None) or "cpu")
-    common["device"] = device_name(device)
+    step_common = {**common, "device": device_name(device)}
     buffer_here = on_device(buffer, cfg, layout, device, seed=8, batch_size=BATCH_SIZE)
     online, target = make_network(cfg, layout, n_actions, device), make_network(cfg, layout, n_actions, device)
     target.load_state_dict(online.state_dict())
@@ -322,8 +322,9 @@ def run(args):
     for _ in range(train_reps):
         bare.append(_timed(lambda: trainer.train_on_tensors(ready, True), device))
         full.append(_timed(lambda: trainer.train_on_batch(buffer_here, True), device))
-    yield {"figure": "learner.train_step_ms_bare", "value": _ms(bare), "unit": "ms", "iqn_n": cfg.iqn_n, "use_ddqn": cfg.use_ddqn, **common}
-    yield {"figure": "learner.train_step_ms_full", "value": _ms(full), "unit": "ms", **common}
+    shape = {"iqn_n": cfg.iqn_n, "use_ddqn": cfg.use_ddqn}
+    yield {"figure": "learner.train_step_ms_bare", "value": _ms(bare), "unit": "ms", **shape, **step_common}
+    yield {"figure": "learner.train_step_ms_full", "value": _ms(full), "unit": "ms", **step_common}
     yield {
         "figure": "learner.overhead_ratio",
         "value": round(statistics.median(full) / statistics.median(bare), 3),
@@ -331,7 +332,6 @@ def run(args):
         "target": "<= 1.10",
     }
     yield from precision_figures(cfg, layout, n_actions, buffer, train_reps, device)
-    common.pop("device")
 
     # inference, batch 1, warm: a collector's decision (the acting program) and the TorchScript forward it
     # replaces (quantiles at the same fractions, then their mean), alternated
