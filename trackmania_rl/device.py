@@ -37,3 +37,10 @@ def choose_device(setting: str = "auto") -> torch.device:
 
 def is_cuda(device: torch.device | str) -> bool:
     return torch.device(device).type == "cuda"
+
+
+def wait_for_device(device: torch.device) -> None:
+    """Block until `device` has done the work queued on it, so that a timing ending here counts it; on the CPU
+    the work is done when each call returns."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -17,6 +17,7 @@ import torch
 
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.training import Trainer, make_optimizer
+from trackmania_rl.device import wait_for_device
 
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PROBE_WARMUP_STEPS = 2  # per precision: first steps pay for allocation and kernel selection
@@ -71,12 +72,10 @@ def _time_train_steps(cfg, layout, n_actions: int, device: torch.device, dtypes:
     for round_index in range(PROBE_WARMUP_STEPS + PROBE_TIMED_ROUNDS):
         for dtype in dtypes:
             trainer.precision = dtype
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            wait_for_device(device)
             start = time.perf_counter()
             trainer.train_on_tensors(batch, do_learn=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            wait_for_device(device)
             if round_index >= PROBE_WARMUP_STEPS:
                 times[dtype].append(1000 * (time.perf_counter() - start))
     return {dtype: statistics.median(values) for dtype, values in times.items()}

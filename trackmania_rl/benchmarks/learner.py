@@ -42,7 +42,7 @@ from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.precision import MIN_SPEEDUP
 from trackmania_rl.agents.training import Trainer, make_optimizer
 from trackmania_rl.config.loader import default_config
-from trackmania_rl.device import choose_device
+from trackmania_rl.device import choose_device, wait_for_device
 from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
@@ -154,12 +154,10 @@ def _ms(seconds: list) -> float:
 
 def _timed(fn, device: torch.device = CPU) -> float:
     """Seconds of `fn()`; on a GPU, from an idle device to the end of the work it queued."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    wait_for_device(device)
     start = time.perf_counter()
     fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    wait_for_device(device)
     return time.perf_counter() - start
 
 
