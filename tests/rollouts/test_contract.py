@@ -16,6 +16,7 @@ from trackmania_rl.rollouts.contract import (
     policy_lag,
     validate_envelope,
     validate_rollout,
+    validated_race,
 )
 
 CFG = tiny_config()
@@ -90,6 +91,12 @@ def test_envelope_parts_are_named_when_wrong(envelope, fragment):
         (lambda r: [r[key].append(r[key][0]) for key in ACTION_KEYS], "must have 7 actions"),  # a finished race with A = F
         (lambda r: r["state_float"].__setitem__(1, r["state_float"][1].astype(np.int32)), "`state_float[1]` must be floats"),
         (lambda r: r["q_values"].__setitem__(0, np.full(len(CFG.inputs), np.inf, np.float32)), "`q_values` must be finite"),
+        (lambda r: r["q_values"].__setitem__(3, np.zeros(len(CFG.inputs) + 1, np.float32)), "`q_values` must be finite vectors of shape"),
+        (lambda r: r["q_values"].__setitem__(2, None), "`q_values` must be finite vectors of shape"),
+        (lambda r: r["frames"].__setitem__(5, r["frames"][5].astype(bool)), "`frames[5]` must be uint8"),
+        (lambda r: r["frames"].__setitem__(4, r["frames"][4].tolist()), "`frames[4]` must be uint8"),
+        (lambda r: r["frames"].__setitem__(6, r["frames"][6][:, :-1]), "`frames[6]` must be uint8 of shape"),
+        (lambda r: r["state_float"].__setitem__(2, list(r["state_float"][2])), "`state_float[2]` must be floats"),
     ],
 )
 def test_game_rollout_problems_are_named(change, fragment):
@@ -97,6 +104,15 @@ def test_game_rollout_problems_are_named(change, fragment):
     change(rollout)
     with pytest.raises(InvalidRollout, match=re.escape(fragment)):
         validate_rollout(rollout, SHAPE.frame_shape, SHAPE.float_dim, SHAPE.n_actions)
+
+
+def test_the_validator_returns_the_per_step_vectors_stacked():
+    rollout, stats, meta = _envelope(n_states=6, finished=True)
+    envelope, steps = validated_race((rollout, stats, meta), SHAPE)
+    assert envelope.rollout_results is rollout
+    assert steps.frames.dtype == np.uint8 and np.array_equal(steps.frames, np.stack(rollout["frames"]))
+    assert steps.state_float.dtype == np.float32 and np.array_equal(steps.state_float, np.stack(rollout["state_float"]))
+    assert steps.q_values.shape == (5, SHAPE.n_actions) and np.array_equal(steps.q_values, np.stack(rollout["q_values"]))
 
 
 def test_policy_lag_is_counted_from_the_oldest_action():

@@ -35,7 +35,7 @@ from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.replay.buffers import make_buffers, read_buffer_file, resize_buffers, save_buffer
 from trackmania_rl.replay.experience import fill_buffers, require_road_tiles
 from trackmania_rl.replay.storage import InvalidBufferFile
-from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, validate_envelope
+from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, validated_race
 
 LEARNER_SEED_BASE = 444
 TRAINING_WINDOW_KEYS = ("loss", "loss_test", "grad_norm", "q_mean")
@@ -249,7 +249,7 @@ class Learner:
         """
         start = time.perf_counter()
         try:
-            validate_envelope((rollout_results, end_race_stats, meta), self.rollout_shape)
+            _, steps = validated_race((rollout_results, end_race_stats, meta), self.rollout_shape)
             lag = policy_lag(rollout_results, self.stats.policy_version)
             if lag < 0:
                 raise InvalidRollout(
@@ -272,7 +272,7 @@ class Learner:
         stored = (0, 0)
         if meta.get("fill_buffer", True):
             gamma = self.schedules()["gamma"]
-            stored = fill_buffers(rollout_results, self.buffer, self.buffer_test, self.cfg, self.layout, gamma, self.rng, validate=False)
+            stored = fill_buffers(rollout_results, self.buffer, self.buffer_test, self.cfg, self.layout, gamma, self.rng, steps=steps)
             if len(self.buffer) >= self.buffer.capacity > self._capacity_announced_full:
                 self._capacity_announced_full = self.buffer.capacity  # from here on memory should stay flat
                 self.log(f"replay buffer is full: {len(self.buffer)} transitions; the oldest are replaced from now on")
@@ -284,10 +284,10 @@ class Learner:
         self.stats.memories_generated += n_train + n_test
         self.stats.single_memories_should_have_been_used += self.cfg.number_times_single_memory_is_used_before_discard * n_train
         ingest_s = time.perf_counter() - start
-        self._log_race(rollout_results, end_race_stats, meta, ingest_s)
+        self._log_race(rollout_results, end_race_stats, meta, steps, ingest_s)
         return {"n_train": n_train, "n_test": n_test, "ingest_s": ingest_s, "frames": n_frames, "policy_lag": lag}
 
-    def _log_race(self, rollout_results, end_race_stats, meta, ingest_s) -> None:
+    def _log_race(self, rollout_results, end_race_stats, meta, steps, ingest_s) -> None:
         kind = f"{'explo' if meta.get('is_explo') else 'eval'}_{meta.get('map_status', 'trained')}"
         finished = bool(end_race_stats.get("race_finished"))
         race_time_ms = end_race_stats.get("race_time", 0)
@@ -298,8 +298,8 @@ class Learner:
                 self.stats.best_race_time_ms[map_name] = int(race_time_ms)
         if not meta.get("is_explo"):
             self.stats.latest_eval_native_score[meta.get("map_status", "trained")] = float(end_race_stats.get("native_score", 0.0))
-        if rollout_results["q_values"]:
-            self.window["q_mean"].append(float(np.mean(np.max(np.stack(rollout_results["q_values"]), axis=1))))
+        if len(steps.q_values):
+            self.window["q_mean"].append(float(np.mean(np.max(steps.q_values, axis=1))))
         versions = rollout_results["policy_version"]
         if versions:
             self.stats.newest_policy_version_acted = max(self.stats.newest_policy_version_acted, int(max(versions)))

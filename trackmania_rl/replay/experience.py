@@ -28,7 +28,7 @@ import numpy as np
 from trackmania_rl.games.backend import game_backend
 from trackmania_rl.games.base import ROAD_TILES_TOUCHED
 from trackmania_rl.games.float_layout import FloatLayout
-from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, validate_rollout
+from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, StackedSteps, validate_rollout
 
 
 @dataclass
@@ -197,19 +197,24 @@ def n_steps_per_transition(action_was_greedy, n_states: int, n_steps_max: int, d
 
 
 def rollout_to_experience(
-    rollout_results: dict, cfg, layout: FloatLayout, gamma: float, distance_fn: Callable | None = None, *, validate: bool = True
+    rollout_results: dict,
+    cfg,
+    layout: FloatLayout,
+    gamma: float,
+    distance_fn: Callable | None = None,
+    *,
+    steps: StackedSteps | None = None,
 ) -> Experience:
     """All transitions of one rollout (see the module docstring). Raises InvalidRollout.
 
-    `validate=False` skips the contract check for a caller that has just made it (the learner)."""
-    if validate:
-        validate_rollout(rollout_results, (1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
-    n_states = len(rollout_results["frames"])
+    `steps`: what the contract check returned for a caller that has just made it (the learner); None: checked here."""
+    if steps is None:
+        steps = validate_rollout(rollout_results, (1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
+    n_states = len(steps.frames)
     finished = RACE_TIME in rollout_results
     n_max = cfg.n_steps
     n_transitions = n_states - 1
-    frames = np.stack(rollout_results["frames"])
-    state_float = np.stack(rollout_results["state_float"]).astype(np.float32)
+    frames, state_float = steps.frames, steps.state_float
     actions = np.asarray(rollout_results["actions"][:n_transitions], dtype=np.float64)
 
     phi = potentials(state_float, layout, cfg, distance_fn)
@@ -272,14 +277,14 @@ def fill_buffers(
     rng: np.random.Generator,
     distance_fn: Callable | None = None,
     *,
-    validate: bool = True,
+    steps: StackedSteps | None = None,
 ) -> tuple[int, int]:
     """Turn one rollout into transitions and append them to the train and test buffers.
 
     `buffer_test` may be None (everything goes to `buffer`). Returns (n_train, n_test). Raises InvalidRollout
-    before touching either buffer when the rollout is broken (`validate=False`: the caller has checked it).
+    before touching either buffer when the rollout is broken (`steps`: as for rollout_to_experience).
     """
-    experience = rollout_to_experience(rollout_results, cfg, layout, gamma, distance_fn, validate=validate)
+    experience = rollout_to_experience(rollout_results, cfg, layout, gamma, distance_fn, steps=steps)
     if buffer_test is None:
         is_test = np.zeros(len(experience), dtype=bool)
     else:

@@ -137,14 +137,12 @@ class TransitionStorage(Storage):
         self.size -= overflow
         # 2. states, at global ids [first_gid, first_gid + n_states)
         first_gid = self.states_written
-        state_slots = torch.from_numpy((first_gid + np.arange(exp.n_states, dtype=np.int64)) % state_capacity)
-        self.states["frames"].index_copy_(0, state_slots, torch.from_numpy(np.ascontiguousarray(exp.frames)))
-        self.states["state_float"].index_copy_(0, state_slots, torch.from_numpy(np.ascontiguousarray(exp.state_float, dtype=np.float32)))
-        self.states["potential"].index_copy_(0, state_slots, torch.from_numpy(np.ascontiguousarray(exp.potential, dtype=np.float32)))
+        for name in self.STATE_FIELDS:
+            _ring_write(self.states[name], first_gid % state_capacity, getattr(exp, name))
         self.states_written += exp.n_states
         # 3. transitions, after the newest
-        slots_np = (self.head + self.size + np.arange(n_new, dtype=np.int64)) % capacity
-        slots = torch.from_numpy(slots_np)
+        first_slot = (self.head + self.size) % capacity
+        slots = torch.from_numpy((first_slot + np.arange(n_new, dtype=np.int64)) % capacity)
         rows = np.empty((n_new, self.table.shape[1]), dtype=np.float64)
         rows[:, self.column["state_gid"]] = first_gid + exp.state_index
         rows[:, self.column["next_state_gid"]] = first_gid + exp.next_state_index
@@ -153,7 +151,7 @@ class TransitionStorage(Storage):
         rows[:, self.column["terminal_actions"]] = exp.terminal_actions
         rows[:, self.rewards_columns] = exp.rewards
         rows[:, self.gammas_columns] = exp.gammas
-        self.table.index_copy_(0, slots, torch.from_numpy(rows))
+        _ring_write(self.table, first_slot, rows)
         self.size += n_new
         self.transitions_written += n_new
         # 4. the state ring may have overwritten states of the oldest transitions: evict those
@@ -296,6 +294,15 @@ class TransitionStorage(Storage):
 
     def loads(self, path):
         self.load_state_dict(safe_torch_load(Path(path).with_suffix(".pt")))
+
+
+def _ring_write(ring: torch.Tensor, first: int, rows: np.ndarray) -> None:
+    """rows[k] -> ring[(first + k) % len(ring)] as at most two slice copies: plain memory copies, several times
+    faster than index_copy_ on uint8 frames (len(rows) <= len(ring))."""
+    ring = ring.numpy()
+    head = min(len(rows), len(ring) - first)
+    ring[first : first + head] = rows[:head]
+    ring[: len(rows) - head] = rows[head:]
 
 
 class InvalidBufferFile(ValueError):

@@ -18,6 +18,7 @@ source's envelopes go through it (the learner calls it). Messages name the key a
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -53,8 +54,22 @@ class RolloutShape(NamedTuple):
     n_actions: int
 
 
+class StackedSteps(NamedTuple):
+    """The per-step vectors of a checked rollout, each stacked into one array: frames (F, 1, H, W) uint8,
+    state_float (F, D) float32, q_values (A, n_actions) float32. Made once by the validator for whoever uses them next."""
+
+    frames: np.ndarray
+    state_float: np.ndarray
+    q_values: np.ndarray
+
+
 def validate_envelope(envelope, shape: RolloutShape) -> Envelope:
     """The envelope as an `Envelope`, or InvalidRollout naming the first problem found."""
+    return validated_race(envelope, shape)[0]
+
+
+def validated_race(envelope, shape: RolloutShape) -> tuple[Envelope, StackedSteps]:
+    """`validate_envelope`, also returning the per-step vectors stacked (the learner stores those)."""
     if not isinstance(envelope, (tuple, list)) or len(envelope) != 3:
         raise InvalidRollout("an envelope must be (rollout_results, end_race_stats, meta)")
     rollout_results, end_race_stats, meta = envelope
@@ -63,7 +78,7 @@ def validate_envelope(envelope, shape: RolloutShape) -> Envelope:
             raise InvalidRollout(f"`{name}` must be a dict, got {type(part).__name__}")
     if not isinstance(meta.get("source"), str) or not meta["source"]:
         raise InvalidRollout(f"`meta['source']` must name the rollout source, got {meta.get('source')!r}")
-    validate_rollout(rollout_results, shape.frame_shape, shape.float_dim, shape.n_actions)
+    steps = validate_rollout(rollout_results, shape.frame_shape, shape.float_dim, shape.n_actions)
     versions = rollout_results.get(POLICY_VERSION)
     if not isinstance(versions, (list, tuple)):
         raise InvalidRollout(f"rollout_results lacks `{POLICY_VERSION}`: a list with the policy version of each action")
@@ -72,11 +87,12 @@ def validate_envelope(envelope, shape: RolloutShape) -> Envelope:
     versions = _numbers(rollout_results, POLICY_VERSION, None)
     if versions.size and (not np.issubdtype(versions.dtype, np.integer) or versions.min() < 0):
         raise InvalidRollout(f"`{POLICY_VERSION}` must hold integers >= 0, got {versions.dtype} values from {versions.min()}")
-    return Envelope(rollout_results, end_race_stats, meta)
+    return Envelope(rollout_results, end_race_stats, meta), steps
 
 
-def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_actions: int) -> None:
-    """Raise InvalidRollout naming the first problem found in one race's rollout_results."""
+def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_actions: int) -> StackedSteps:
+    """Raise InvalidRollout naming the first problem found in one race's rollout_results. Returns the per-step
+    vectors stacked (the checks build them anyway), for a caller that goes on to use them."""
     if not isinstance(rollout, dict):
         raise InvalidRollout(f"rollout_results must be a dict, got {type(rollout).__name__}")
     for key in STATE_KEYS + GAME_ACTION_KEYS + (FURTHEST_ZONE,):
@@ -103,16 +119,20 @@ def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_action
     race_time = rollout.get(RACE_TIME)
     if finished and not (isinstance(race_time, (int, np.integer)) and not isinstance(race_time, bool) and race_time > 0):
         raise InvalidRollout(f"`{RACE_TIME}` must be a positive integer of ms, got {race_time!r}")
-    for i, frame in enumerate(rollout["frames"]):
-        if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 or frame.shape != tuple(frame_shape):
-            got = getattr(frame, "shape", None), getattr(frame, "dtype", type(frame).__name__)
-            raise InvalidRollout(f"`frames[{i}]` must be uint8 of shape {tuple(frame_shape)}, got {got}")
+    frame_shape = tuple(frame_shape)
+    if _array_kinds(rollout["frames"]) != {(np.dtype(np.uint8), frame_shape)}:
+        for i, frame in enumerate(rollout["frames"]):
+            if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 or frame.shape != frame_shape:
+                got = getattr(frame, "shape", None), getattr(frame, "dtype", type(frame).__name__)
+                raise InvalidRollout(f"`frames[{i}]` must be uint8 of shape {frame_shape}, got {got}")
     floats = rollout["state_float"]
-    for i, f in enumerate(floats):
-        if not isinstance(f, np.ndarray) or f.shape != (float_dim,) or not np.issubdtype(f.dtype, np.floating):
-            got = getattr(f, "shape", None), getattr(f, "dtype", type(f).__name__)
-            raise InvalidRollout(f"`state_float[{i}]` must be floats of shape ({float_dim},), got {got}")
-    stacked = np.stack(floats)
+    kinds = _array_kinds(floats)
+    if kinds is None or any(shape != (float_dim,) or dtype.kind != "f" for dtype, shape in kinds):
+        for i, f in enumerate(floats):
+            if not isinstance(f, np.ndarray) or f.shape != (float_dim,) or not np.issubdtype(f.dtype, np.floating):
+                got = getattr(f, "shape", None), getattr(f, "dtype", type(f).__name__)
+                raise InvalidRollout(f"`state_float[{i}]` must be floats of shape ({float_dim},), got {got}")
+    stacked = _stack(floats, (float_dim,)).astype(np.float32, copy=False)
     if not np.all(np.isfinite(stacked)):
         step = int(np.argwhere(~np.isfinite(stacked))[0][0])
         raise InvalidRollout(f"`state_float[{step}]` contains NaN or inf")
@@ -129,11 +149,34 @@ def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_action
     if actions.size and (not np.issubdtype(actions.dtype, np.integer) or actions.min() < 0 or actions.max() >= n_actions):
         raise InvalidRollout(f"`actions` must be integers in [0, {n_actions}), got values {actions.min()}..{actions.max()}")
     q_values = rollout["q_values"]
-    if q_values and (np.shape(q_values[0]) != (n_actions,) or not np.all(np.isfinite(np.stack(q_values)))):
-        raise InvalidRollout(f"`q_values` must be finite vectors of shape ({n_actions},)")
+    q_stacked = np.zeros((0, n_actions), np.float32)
+    if q_values:
+        try:
+            q_stacked = np.stack(q_values).astype(np.float32, copy=False)
+        except (TypeError, ValueError):
+            q_stacked = None
+        if q_stacked is None or q_stacked.shape[1:] != (n_actions,) or not np.all(np.isfinite(q_stacked)):
+            raise InvalidRollout(f"`q_values` must be finite vectors of shape ({n_actions},)")
     furthest = rollout[FURTHEST_ZONE]
     if not isinstance(furthest, (int, np.integer)) or isinstance(furthest, bool) or furthest < 0:
         raise InvalidRollout(f"`{FURTHEST_ZONE}` must be an integer >= 0, got {furthest!r}")
+    return StackedSteps(_stack(rollout["frames"], frame_shape).astype(np.uint8, copy=False), stacked, q_stacked)
+
+
+_DTYPE_AND_SHAPE = operator.attrgetter("dtype", "shape")
+
+
+def _array_kinds(steps) -> set | None:
+    """{(dtype, shape)} of a list of numpy arrays (the common, all-alike case checked in one go, in C); None when one
+    is not an array."""
+    if set(map(type, steps)) - {np.ndarray}:
+        return None
+    return set(map(_DTYPE_AND_SHAPE, steps))
+
+
+def _stack(steps: list, shape: tuple) -> np.ndarray:
+    """np.stack of arrays of one `shape` (checked), as one concatenation: twice as fast on a race's frames."""
+    return np.concatenate(steps).reshape(len(steps), *shape) if steps else np.zeros((0, *shape))
 
 
 def _numbers(rollout: dict, key: str, dtype) -> np.ndarray:
