@@ -103,6 +103,10 @@ batch_size = 128  # [restart]
 # the dueling combine stay float32), or "auto": a start-up probe times the step both ways on this machine and
 # keeps bfloat16 only if it is >= 1.1x faster (the log line gives both times).
 training_precision = "auto"  # [restart]
+# The train step on a CUDA GPU as captured CUDA graphs (one replay instead of hundreds of kernel launches): "on", "off",
+# or "auto": a start-up probe times both steps and keeps the graphs only if they are >= 1.1x faster (logged). The CPU
+# never uses them ("on" without a CUDA device is refused at start).
+training_cuda_graphs = "auto"  # [restart]
 # (frames played, lr), exponential interpolation.
 lr_schedule = [(0, 1e-3), (300_000, 3e-4), (1_000_000, 1e-4)]
 weight_decay_lr_ratio = 1 / 50
@@ -143,7 +147,9 @@ keep_weights_at_minutes = [30]  # the online weights at these minutes of trainin
 # The run's seed: the learner's sampling and initial weights, the collectors' exploration and the order of the
 # tracks of each range in map_cycle. `--seed N` sets it for a new run; two seeds make two independent runs.
 seed = 0  # [restart]
-collectors_count = 1  # [restart] local collector processes (0: only a remote source plays)
+# [restart] local collector processes (0: only a remote source plays), or "auto": the cores the learner does not need
+# (a CPU learner keeps half the cores, at least 1 collector; a CUDA learner keeps 2 cores: 14 collectors on 16 cores).
+collectors_count = "auto"
 max_rollout_queue_size = 1  # [restart]
 update_inference_network_every_n_actions = 20
 send_shared_network_every_n_batches = 8

@@ -1,8 +1,9 @@
 """Measure the figures of DESIGN §5. Prints one JSON object per line: {"figure", "value", "unit", ...}.
 
-    python scripts/benchmark.py game|learner|pipeline|all
+    python scripts/benchmark.py game|learner|pipeline|absorb|all
     python scripts/benchmark.py ray|http     # the optional sources (pip install -e ".[ray]" / ".[http]"); not in `all`
     python scripts/benchmark.py learner --device cuda   # the train-step figures on a GPU
+    python scripts/benchmark.py absorb --device cuda    # the learner's capacity (races taken, stored, learned) on a GPU
 Each suite lives in trackmania_rl/benchmarks/<suite>.py as `run(args) -> iterator of figure dicts`.
 """
 
@@ -12,7 +13,7 @@ import json
 
 from trackmania_rl.device import choose_device
 
-SUITES = ("game", "learner", "pipeline")
+SUITES = ("game", "learner", "pipeline", "absorb")
 OPTIONAL_SUITES = ("ray", "http")  # each needs its extra installed
 
 
@@ -20,7 +21,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", choices=SUITES + OPTIONAL_SUITES + ("all",))
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, figures are noisier)")
-    parser.add_argument("--device", default="cpu", help="torch device of the learner suite's train-step figures: cpu (default) or cuda[:i]")
+    device_help = "torch device of the learner's train step (learner and absorb suites): cpu (default) or cuda[:i]"
+    parser.add_argument("--device", default="cpu", help=device_help)
     args = parser.parse_args(argv)
     try:
         choose_device(args.device)

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Only the standard library before the arguments are checked: a refusal comes at once, before torch loads.
+from trackmania_rl.config.schema import MAX_COLLECTORS_PER_CPU
 from trackmania_rl.learner.run_folder import RUN_NAME_MAX_LENGTH, RunFolderError, StopSignals, validate_run_name
 
-MAX_COLLECTORS_PER_CPU = 4
 MAX_SEED = 2**31 - 1
 
 

@@ -59,7 +59,7 @@ class FixedQ(nn.Module):
         q = self.q_next if bool(img.flatten()[0] == 1) else self.q_state
         return q + self.offset, self.taus
 
-    def training_forward(self, img, floats, n_quantiles, low_precision=None):
+    def training_forward(self, img, floats, n_quantiles, low_precision=None, taus=None):
         return self(img, floats, n_quantiles)
 
 

@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from trackmania_rl.learner.cores import LearnerThreads
+from trackmania_rl.learner.cores import LearnerThreads, auto_collectors
 
 
 @pytest.fixture
@@ -34,3 +34,21 @@ def test_update_sets_torchs_threads_and_the_mean_is_weighted_by_time(restore_thr
     mean = threads.take_mean_threads()
     assert 1.35 < mean < 1.65  # ~0.2 s at 1 thread and ~0.2 s at 2
     assert threads.take_mean_threads() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("device", "cores", "other_games", "other_sources", "collectors"),
+    [
+        ("cpu", 2, 0, False, 1),  # the 2-core default: one plays, one trains
+        ("cpu", 16, 0, False, 8),
+        ("cpu", 1, 0, False, 1),  # at least one collector when nothing else plays
+        ("cuda", 16, 0, False, 14),  # the learner keeps its training thread's and its intake thread's cores
+        ("cuda", 2, 0, False, 1),
+        ("cuda", 16, 4, True, 10),  # the actors of a `--ray auto` cluster on this machine count against it
+        ("cpu", 2, 2, True, 0),  # another source plays on these cores: no collector needed
+    ],
+)
+def test_auto_collectors_take_the_cores_the_learner_does_not_need(device, cores, other_games, other_sources, collectors):
+    count, why = auto_collectors(torch.device(device), cores, other_games, other_sources)
+    assert count == collectors
+    assert why.startswith(f"collectors_count auto: {collectors} collector(s) ({cores} cores")

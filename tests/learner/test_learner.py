@@ -148,7 +148,9 @@ def test_buffer_grows_with_the_schedule_keeping_content(tmp_path):
         learner.ingest(*_race(learner, 60, seed=seed), META)
     assert learner.buffer.capacity == 400
     kept = learner.buffer.storage.to_experience().frames.copy()
-    learner.apply_config()  # 300 frames played: the schedule asks for 800
+    assert learner.apply_config()  # 300 frames played: the schedule asks for 800
+    assert learner.buffer.capacity == 400  # grown only when asked (train_loop pauses the training thread for it)
+    learner.grow_buffers()
     assert learner.buffer.capacity == 800
     assert np.array_equal(learner.buffer.storage.to_experience().frames, kept)
     assert any("grows to 800" in m for m in messages)

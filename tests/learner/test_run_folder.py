@@ -157,3 +157,28 @@ def test_seed_is_written_into_a_new_runs_live_config_and_a_resume_must_match_it(
     assert result.returncode == 2, result.stderr
     assert "was started with seed 5" in result.stderr and "--seed 6 cannot change it" in result.stderr
     assert live_path.read_text() == before and not (run_dir / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ('collectors_count = "many"', "collectors_count"),
+        (f"collectors_count = {4 * (os.cpu_count() or 1) + 1}", "collectors_count"),
+        ('training_cuda_graphs = "yes"', "training_cuda_graphs"),
+        pytest.param(
+            'training_cuda_graphs = "on"',
+            "training_cuda_graphs = 'on' needs a CUDA device",
+            marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA"),
+        ),
+    ],
+)
+def test_bad_machine_settings_are_refused_before_anything_starts(tmp_path, setting, named):
+    from tests.faults.helpers import TRAIN
+    from tests.helpers import write_config
+
+    config = write_config(tmp_path, f"\n{setting}\n")
+    args = ["--config", str(config), "--save-dir", str(tmp_path / "save"), "--tensorboard-dir", str(tmp_path / "tb"), "--max-minutes", "1"]
+    result = subprocess.run([sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 2, result.stderr
+    assert named in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "save" / "carracing_default" / "checkpoints").exists()

@@ -128,15 +128,12 @@ class IQNNetwork(nn.Module):
         """The value head's last layer (hidden -> the state value)."""
         return self.V_head[_SECOND_LINEAR]
 
-    def sample_taus(self, batch_size: int, n_quantiles: int, device: torch.device) -> torch.Tensor:
+    def sample_taus(self, batch_size: int, n_quantiles: int, device: torch.device, generator: torch.Generator | None = None):
         """Stratified, antithetic: (k + U) / N for k < N/2 and their mirrors 1 - tau (plain stratified if N is odd)."""
-        if n_quantiles % 2 == 0:
-            half = n_quantiles // 2
-            low = (torch.arange(half, device=device, dtype=torch.float32) + torch.rand(batch_size, half, device=device)) / n_quantiles
-            return torch.cat([low, 1.0 - low], dim=1)
-        return (
-            torch.arange(n_quantiles, device=device, dtype=torch.float32) + torch.rand(batch_size, n_quantiles, device=device)
-        ) / n_quantiles
+        count = n_quantiles // 2 if n_quantiles % 2 == 0 else n_quantiles
+        uniform = torch.rand(batch_size, count, device=device, generator=generator)
+        low = (torch.arange(count, device=device, dtype=torch.float32) + uniform) / n_quantiles
+        return torch.cat([low, 1.0 - low], dim=1) if n_quantiles % 2 == 0 else low
 
     def forward(
         self, img: torch.Tensor, state_float: torch.Tensor, n_quantiles: int, taus: torch.Tensor | None = None
@@ -165,7 +162,9 @@ class IQNNetwork(nn.Module):
         (B, N)). Not part of the scripted forward."""
         device_type = img.device.type
         enabled = low_precision is not None and low_precision != torch.float32
-        with torch.autocast(device_type, dtype=low_precision if enabled else torch.bfloat16, enabled=enabled):
+        # no autocast weight cache: each weight is cast once per call anyway, and a CUDA graph must not capture a cache
+        low = low_precision if enabled else torch.bfloat16
+        with torch.autocast(device_type, dtype=low, enabled=enabled, cache_enabled=False):
             features = self.state_features(img, state_float, channels_last=device_type == "cpu")
             if taus is None:
                 taus = self.sample_taus(img.shape[0], n_quantiles, img.device)

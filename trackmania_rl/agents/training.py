@@ -17,6 +17,8 @@ import math
 import torch
 from torch import nn
 
+TAU_KEYS = ("taus", "next_taus_target", "next_taus_online")  # a batch's quantile fractions: online, target and ddqn
+
 
 def quantile_huber_loss(online: torch.Tensor, taus: torch.Tensor, target: torch.Tensor, kappa: float) -> torch.Tensor:
     """Per-sample quantile Huber loss (B,) for online quantiles (B, N) at fractions taus (B, N) and target samples (B, N').
@@ -79,30 +81,40 @@ class Trainer:
         self.precision = precision
         self.n_quantiles = int(cfg.iqn_n)
         self.nonfinite_steps_skipped = 0
+        self.graphed = None  # a GraphedTrainStep (graphed_step.py) runs the steps when set: CUDA graphs
 
     @property
     def use_amp(self) -> bool:
         return self.precision != torch.float32
 
-    def _forward(self, network, img, floats):
-        return network.training_forward(img, floats, self.n_quantiles, self.precision)
+    def _forward(self, network, img, floats, taus=None):
+        return network.training_forward(img, floats, self.n_quantiles, self.precision, taus=taus)
+
+    def draw_taus(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """The quantile fractions of one step, drawn on the CPU as `compute_loss` would draw them on its device: put in
+        a batch, they make the step a function of its batch (a CUDA graph replays no random draw). The online network's
+        fractions at the next state are drawn too, used when use_ddqn is on (a live setting)."""
+        draw = self.online.sample_taus
+        return {key: draw(batch_size, self.n_quantiles, torch.device("cpu"), generator) for key in TAU_KEYS}
 
     def compute_loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(batch loss, per-sample loss (B,) detached). The batch loss is the mean over the batch of the
-        per-sample losses, each multiplied by its importance weight when the batch has `weight`."""
+        per-sample losses, each multiplied by its importance weight when the batch has `weight`. Quantile
+        fractions come from the batch when it has them (`draw_taus`), else are drawn here."""
         cfg, n = self.cfg, self.n_quantiles
         action = batch["action"]
         batch_size = action.shape[0]
         with torch.no_grad():
-            q_next_target, _ = self._forward(self.target, batch["next_state_img"], batch["next_state_float"])
+            next_img, next_float = batch["next_state_img"], batch["next_state_float"]
+            q_next_target, _ = self._forward(self.target, next_img, next_float, batch.get("next_taus_target"))
             if cfg.use_ddqn:
-                q_next_online, _ = self._forward(self.online, batch["next_state_img"], batch["next_state_float"])
+                q_next_online, _ = self._forward(self.online, next_img, next_float, batch.get("next_taus_online"))
                 next_action = q_next_online.mean(dim=1).argmax(dim=1)
             else:
                 next_action = q_next_target.mean(dim=1).argmax(dim=1)
             z_next = q_next_target.gather(2, next_action.view(batch_size, 1, 1).expand(batch_size, n, 1)).squeeze(2)
             target = batch["reward"].unsqueeze(1) + batch["gamma_eff"].unsqueeze(1) * z_next  # (B, N)
-        q, taus = self._forward(self.online, batch["state_img"], batch["state_float"])
+        q, taus = self._forward(self.online, batch["state_img"], batch["state_float"], batch.get("taus"))
         q_taken = q.gather(2, action.view(batch_size, 1, 1).expand(batch_size, n, 1)).squeeze(2)
         per_sample = quantile_huber_loss(q_taken, taus, target, float(cfg.iqn_kappa))
         weight = batch.get("weight")
@@ -115,6 +127,8 @@ class Trainer:
         A non-finite gradient norm (an overflow, a diverging target) skips the optimizer step and counts it in
         `nonfinite_steps_skipped`: one such step would write NaN into every weight and, once published, into
         every collector, losing the run."""
+        if self.graphed is not None:
+            return self.graphed.step(batch, do_learn)
         self.optimizer.zero_grad(set_to_none=True)
         with torch.set_grad_enabled(do_learn):  # test batches build no graph
             loss, per_sample = self.compute_loss(batch)

@@ -39,6 +39,7 @@ import torch.multiprocessing as torch_mp
 
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, default_config_copy, local_actions_per_s, source_actions_per_s
+from trackmania_rl.benchmarks.recorded_races import record_races
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT
 from trackmania_rl.games import float_layout_for
@@ -190,28 +191,8 @@ http_off_policy_tolerance = 1
 def _record_races(config_path: Path, count: int) -> list[tuple]:
     """`count` real races played by this project's RacePlayer (fresh weights), to be replayed."""
     from trackmania_rl.config.loader import load_config
-    from trackmania_rl.rollouts.race import RacePlayer
 
-    cfg = load_config(config_path, game_backend=GAME_BACKEND)
-    layout = float_layout_for(cfg)
-    network = make_network(cfg, layout, len(cfg.inputs))
-
-    class FixedWeights:
-        def fetch_into(self, load_fn, have_version):
-            if have_version != 0:
-                load_fn(network)
-            return 0
-
-    player = RacePlayer(cfg, GAME_BACKEND, FixedWeights(), 0, 1, "http", log=lambda m: None)
-    races = []
-    try:
-        while len(races) < count:
-            envelope = player.play(0)
-            if envelope is not None:
-                races.append(tuple(envelope))
-    finally:
-        player.close()
-    return races
+    return record_races(load_config(config_path, game_backend=GAME_BACKEND), GAME_BACKEND, count)[0]
 
 
 def _replayer(index: int, url: str, token: str, races_path: str, seconds: float, start_barrier, results) -> None:

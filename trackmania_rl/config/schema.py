@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +62,13 @@ def _held_out_seeds(v):
 
 def _minutes_list(v):
     return isinstance(v, (list, tuple)) and all(_positive_number(m) for m in v) and list(v) == sorted(set(v))
+
+
+MAX_COLLECTORS_PER_CPU = 4  # more collector processes than this per core only slow every one of them down
+
+
+def _collectors_count(v):
+    return v == "auto" or (_non_negative_int(v) and v <= MAX_COLLECTORS_PER_CPU * (os.cpu_count() or 1))
 
 
 def _even_positive_int(v):
@@ -181,6 +189,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "use_jit": (_bool, "True or False", True),
     "batch_size": (_positive_int, "a positive integer", True),
     "training_precision": (lambda v: v in ("auto", "float32", "bfloat16"), '"auto", "float32" or "bfloat16"', True),
+    "training_cuda_graphs": (lambda v: v in ("auto", "on", "off"), '"auto", "on" (a CUDA device only) or "off"', True),
     "lr_schedule": (_positive_schedule, "a list of (frames, lr) with positive lr", False),
     "weight_decay_lr_ratio": (_non_negative_number, "a number >= 0", False),
     "adam_epsilon": (_positive_number, "a positive number", False),
@@ -199,7 +208,12 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
         False,
     ),
     "seed": (_non_negative_int, "an integer >= 0 (the run's seed: learner, collectors, track order; --seed)", True),
-    "collectors_count": (_non_negative_int, "an integer >= 0 (0: no local collector, another rollout source plays)", True),
+    "collectors_count": (
+        _collectors_count,
+        f'"auto" (the cores the learner does not need, docs/config.md) or an integer from 0 to {MAX_COLLECTORS_PER_CPU} per CPU core '
+        "(0: no local collector, another rollout source plays)",
+        True,
+    ),
     "max_rollout_queue_size": (_positive_int, "a positive integer", True),
     "update_inference_network_every_n_actions": (_positive_int, "a positive integer", False),
     "send_shared_network_every_n_batches": (_positive_int, "a positive integer", False),
@@ -237,6 +251,7 @@ ADDED_LATER = {
     "max_training_backlog_batches": 400,
     "seed": 0,
     "training_precision": "auto",
+    "training_cuda_graphs": "auto",
     "off_road_penalty_per_action": 0.0,
     "reward_per_new_road_tile": 0.0,
     "road_tile_reward_max_m_behind_furthest": None,

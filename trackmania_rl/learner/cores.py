@@ -13,6 +13,24 @@ import time
 
 import torch
 
+# a CUDA learner's own cores: its training thread (the GPU's feeder) and the thread taking races and preparing batches
+CUDA_LEARNER_CORES = 2
+
+
+def auto_collectors(device: torch.device, cores: int, other_games_here: int, other_sources: bool) -> tuple[int, str]:
+    """`collectors_count = "auto"`: the cores the learner and the other games on this machine leave, and why (for the
+    log). A CPU learner trains on threads of its own and keeps half the cores (on 2 cores: 1 collector, the measured
+    default); a CUDA learner needs CUDA_LEARNER_CORES. At least one collector unless another source plays."""
+    cores = max(1, int(cores))
+    if torch.device(device).type == "cuda":
+        budget, rule = cores - CUDA_LEARNER_CORES, f"{cores} cores, {CUDA_LEARNER_CORES} kept by the CUDA learner"
+    else:
+        budget, rule = cores // 2, f"{cores} cores, half kept by the CPU learner"
+    if other_games_here:
+        rule += f", {other_games_here} used by other games here"
+    count = max(0 if other_sources else 1, budget - max(0, int(other_games_here)))
+    return count, f"collectors_count auto: {count} collector(s) ({rule})"
+
 
 class LearnerThreads:
     """`update(idle_games)` sets torch's thread count to the cores left by the games that play now; the change is

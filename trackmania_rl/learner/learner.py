@@ -1,14 +1,18 @@
 """The learner (DESIGN §2, §3.6): rollouts in, transitions stored, batches trained, weights published.
 
 It runs in the main process. `Learner` holds the networks, buffers, counters and logs; train_loop.py drives
-it: take an envelope from the rollout source, `ingest` it (validated once; races played with weights more
-than `max_policy_lag` versions old are not stored), `train` while the replay-ratio credit lasts, publishing
-(version, weights) to the source every `send_shared_network_every_n_batches` batches.
+it from two threads: the main thread takes envelopes from the rollout source and `ingest`s them (validated
+once; races played with weights more than `max_policy_lag` versions old are not stored), publishes, logs and
+saves; the training thread (learner/training_thread.py) runs `train_step` while the replay-ratio credit lasts,
+leaving a copy of the online weights every `send_shared_network_every_n_batches` batches for the main thread
+to publish (`publish_pending`). The batches come from learner/batches.py (prefetched on CUDA), the step is
+agents/training.py's, as CUDA graphs where they are faster (agents/graphed_step.py).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -17,11 +21,14 @@ import numpy as np
 import torch
 
 from trackmania_rl.agents import schedules
+from trackmania_rl.agents.graphed_step import GraphedTrainStep, choose_cuda_graphs, set_capturable
 from trackmania_rl.agents.iqn import load_state_dict_into, make_network
 from trackmania_rl.agents.precision import choose_precision
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
+from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.config.values import settings_json
 from trackmania_rl.learner import checkpoint as ckpt
+from trackmania_rl.learner.batches import make_batch_feed
 from trackmania_rl.learner.checkpoint import (
     BUFFER,
     BUFFER_TEST,
@@ -64,11 +71,25 @@ class Learner:
         self.target.load_state_dict(self.online.state_dict())
         self.optimizer = make_optimizer(self.online, self.cfg, self.schedules()["lr"])
         self.precision = choose_precision(self.cfg.training_precision, self.cfg, layout, self.n_actions, device, log)
+        try:
+            self.cuda_graphs = choose_cuda_graphs(
+                self.cfg.training_cuda_graphs, self.cfg, layout, self.n_actions, device, self.precision.dtype, log
+            )
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self.trainer = Trainer(self.online, self.target, self.optimizer, self.cfg, device, precision=self.precision.dtype)
         capacity, self.memory_start_learn = self._memory_size()
-        self.buffer, self.buffer_test = make_buffers(self.cfg, layout, capacity, device=device, rng=self.rng)
+        # the buffers give host tensors; the batch feed moves them to the device (prefetched on CUDA)
+        self.buffer, self.buffer_test = make_buffers(self.cfg, layout, capacity, device="cpu", rng=self.rng)
         if resume:
             self._resume()
+        set_capturable(self.optimizer, self.cuda_graphs.enabled)  # the step counts (a resumed run's too) where the step runs
+        if self.cuda_graphs.enabled:
+            self.trainer.graphed = GraphedTrainStep(self.trainer, log=log)
+        self.batches = make_batch_feed(self.buffer, self.buffer_test, self.trainer, device, self.rng.spawn(1)[0], lambda: self.cfg)
+        self._pending_weights: dict | None = None  # a copy of the online weights left by train_step, to publish
+        self._pending_lock = threading.Lock()
+        self._settings_applied: tuple | None = None
         self.publish()  # a resumed run continues its version count
 
         # windows for the periodic aggregate logs
@@ -204,12 +225,29 @@ class Learner:
         )
         return folder
 
-    def publish(self) -> None:
-        """The online weights become policy version + 1 at the source."""
+    def publish(self, weights: dict | None = None) -> None:
+        """The online weights (or a copy of them, `weights`) become policy version + 1 at the source. Called from the
+        main thread: the rollout sources are only ever called from it."""
         if self.source is None:
             return
         self.stats.policy_version += 1
-        self.source.publish(self.stats.policy_version, {k: v.detach() for k, v in self.online.state_dict().items()})
+        if weights is None:
+            weights = {k: v.detach() for k, v in self.online.state_dict().items()}
+        self.source.publish(self.stats.policy_version, weights)
+
+    def publish_pending(self) -> bool:
+        """Publish the weights `train_step` left, if any. True when it published."""
+        with self._pending_lock:
+            weights, self._pending_weights = self._pending_weights, None
+        if weights is None:
+            return False
+        self.publish(weights)
+        return True
+
+    def _leave_weights_to_publish(self) -> None:
+        copy = {k: v.detach().to("cpu", copy=True) for k, v in self.online.state_dict().items()}
+        with self._pending_lock:
+            self._pending_weights = copy
 
     def wall_seconds(self) -> float:
         """How long this run has been training, resumes included."""
@@ -219,18 +257,31 @@ class Learner:
         return time.perf_counter() - self.last_save_time >= self.cfg.save_frequency_s
 
     # ---------------------------------------------------------------------------------------- config
-    def apply_config(self) -> None:
-        """Pick up a reloaded config: hyper-parameters, and buffer growth from the memory schedule."""
+    def apply_config(self) -> bool:
+        """Pick up a reloaded config (the training settings follow at the next `train_step`). True when the memory
+        schedule asks for bigger buffers: then `grow_buffers`, with the training thread paused."""
         self.cfg = self.live.current
-        capacity, start_learn = self._memory_size()
+        capacity, self.memory_start_learn = self._memory_size()
+        return capacity > self.buffer.capacity
+
+    def grow_buffers(self) -> None:
+        capacity, self.memory_start_learn = self._memory_size()
         if capacity > self.buffer.capacity:
             self.log(f"replay buffer grows to {capacity} transitions")
             resize_buffers(self.buffer, self.buffer_test, self.cfg, capacity)
-        self.memory_start_learn = start_learn
-        self.trainer.cfg = self.cfg
-        set_optimizer_hyperparameters(self.optimizer, self.cfg, self.schedules()["lr"])
-        self.buffer.update_config(self.cfg)
-        self.buffer_test.update_config(self.cfg)
+
+    def _apply_training_settings(self) -> None:
+        """The live config and the schedules (lr by frames played) where the step reads them; redone only when the
+        config or the frame count moved (a race ingested)."""
+        cfg = self.cfg
+        key = (id(cfg), self.stats.frames_played)
+        if key == self._settings_applied:
+            return
+        self.trainer.cfg = cfg
+        set_optimizer_hyperparameters(self.optimizer, cfg, self.schedules()["lr"])
+        self.buffer.update_config(cfg)
+        self.buffer_test.update_config(cfg)
+        self._settings_applied = key
 
     # ------------------------------------------------------------------------------------ rollouts in
     def ingest_envelope(self, envelope) -> dict:
@@ -332,40 +383,52 @@ class Learner:
         return len(self.buffer) >= max(1, self.memory_start_learn) and credit >= self.cfg.batch_size
 
     def train(self, max_seconds: float) -> int:
-        """Train batches while the replay-ratio credit lasts, for at most `max_seconds`. Returns batches done."""
+        """Train batches while the replay-ratio credit lasts, for at most `max_seconds`, in this thread, publishing as
+        they are due. Returns the learning batches done (hidden-test batches not counted)."""
         deadline = time.perf_counter() + max_seconds
-        done = 0
+        before = self.stats.batches_done
+        while time.perf_counter() < deadline and self.train_step():
+            self.publish_pending()
+        return self.stats.batches_done - before
+
+    def train_step(self) -> bool:
+        """One batch if the replay-ratio credit allows it: a learning step, or now and then (buffer_test_ratio) a
+        hidden-test batch, which uses no credit. False when there was nothing to do. The training thread's work."""
+        if not self.can_train():
+            return False
+        self._apply_training_settings()
         cfg = self.cfg
-        while self.can_train() and time.perf_counter() < deadline:
-            start = time.perf_counter()
-            if len(self.buffer_test) > 0 and self.rng.random() < cfg.buffer_test_ratio:
-                loss, _ = self.trainer.train_on_batch(self.buffer_test, do_learn=False)
-                self.window["loss_test"].append(loss)
-                self.stats.test_batches_done += 1
-                self.window_time["testing"] += time.perf_counter() - start
-                continue
-            loss, grad_norm = self.trainer.train_on_batch(self.buffer, do_learn=True)
-            if math.isfinite(grad_norm):  # a skipped step's NaN would blank the window's means
-                self.window["loss"].append(loss)
-                self.window["grad_norm"].append(grad_norm)
-            elif self.trainer.nonfinite_steps_skipped == 1:
-                self.log(
-                    f"batch {self.stats.batches_done + 1}: non-finite gradient (loss {loss}), optimizer step skipped and "
-                    "the weights kept (logged once; see training/nonfinite_steps_skipped)"
-                )
-            self.stats.single_memories_used += cfg.batch_size
-            self.stats.batches_done += 1
-            done += 1
-            if self.stats.single_memories_used >= self.stats.next_target_network_update_at:
-                self.stats.next_target_network_update_at += cfg.number_memories_trained_on_between_target_network_updates
-                self.trainer.soft_update_target(cfg.soft_update_tau)
-                self.stats.target_network_updates += 1
-            if self.stats.batches_done % cfg.send_shared_network_every_n_batches == 0:
-                self.publish()
-            elapsed = time.perf_counter() - start
-            self.window_time["training"] += elapsed
-            self.stats.training_seconds += elapsed
-        return done
+        start = time.perf_counter()
+        is_test, batch = self.batches.next()
+        loss, grad_norm, per_sample = self.trainer.train_on_tensors(batch, do_learn=not is_test)
+        buffer = self.buffer_test if is_test else self.buffer
+        if buffer.prioritized:
+            buffer.update_priority(batch["index"], per_sample.float().cpu())
+        if is_test:
+            self.window["loss_test"].append(loss)
+            self.stats.test_batches_done += 1
+            self.window_time["testing"] += time.perf_counter() - start
+            return True
+        if math.isfinite(grad_norm):  # a skipped step's NaN would blank the window's means
+            self.window["loss"].append(loss)
+            self.window["grad_norm"].append(grad_norm)
+        elif self.trainer.nonfinite_steps_skipped == 1:
+            self.log(
+                f"batch {self.stats.batches_done + 1}: non-finite gradient (loss {loss}), optimizer step skipped and "
+                "the weights kept (logged once; see training/nonfinite_steps_skipped)"
+            )
+        self.stats.single_memories_used += cfg.batch_size
+        self.stats.batches_done += 1
+        if self.stats.single_memories_used >= self.stats.next_target_network_update_at:
+            self.stats.next_target_network_update_at += cfg.number_memories_trained_on_between_target_network_updates
+            self.trainer.soft_update_target(cfg.soft_update_tau)
+            self.stats.target_network_updates += 1
+        if self.stats.batches_done % cfg.send_shared_network_every_n_batches == 0:
+            self._leave_weights_to_publish()
+        elapsed = time.perf_counter() - start
+        self.window_time["training"] += elapsed
+        self.stats.training_seconds += elapsed
+        return True
 
     def training_backlog_batches(self) -> float:
         """Batches the learner owes to its replay ratio (0 until the buffer holds enough to start learning:

@@ -8,21 +8,24 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from trackmania_rl.agents.graphed_step import check_cuda_graphs_setting
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load_config, load_user_config
 from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
-from trackmania_rl.learner.cores import LearnerThreads
+from trackmania_rl.learner.cores import LearnerThreads, auto_collectors
 from trackmania_rl.learner.held_out import HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.run_folder import LIVE_CONFIG, RunLock, StopSignals, install_live_config, move_run_aside, validate_run_name
 from trackmania_rl.learner.sources import Pacing, SourceContext, build_sources, games_on_this_machine, remote_source_names
+from trackmania_rl.learner.training_thread import TrainingThread
 from trackmania_rl.monitoring.status_line import StatusLine
 from trackmania_rl.monitoring.tensorboard import RunLogger
 from trackmania_rl.rollouts.source import RolloutSource
 
 AGGREGATE_LOG_PERIOD_S = 30.0
+INTAKE_WAIT_S = 0.05  # the main thread waits this long for a race: also the longest delay of a publish
 
 
 @dataclass
@@ -148,6 +151,7 @@ class _Run:
     saves: PeriodicSaves | None = None
     live: LiveConfig | None = None
     threads: LearnerThreads | None = None
+    training: TrainingThread | None = None
     no_source_left: bool = False  # the run stopped because no collector was left: it exits 1 after its save
 
 
@@ -199,8 +203,12 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
         device = choose_device(user.device)
     except ValueError as e:
         raise ConfigError(f"config_files/user_config.py: {e}") from None
+    try:
+        check_cuda_graphs_setting(cfg.training_cuda_graphs, device)
+    except ValueError as e:
+        raise ConfigError(f"{live_path}: {e}") from None
     layout = float_layout_for(cfg, user.game_backend)
-    collectors_count = options.collectors if options.collectors is not None else cfg.collectors_count
+    collectors_count = local_collectors(options, cfg, device)
     context = SourceContext(options, live, live_path, user.game_backend, layout, run_dir, log)
     run.source = source = build_sources(context, collectors_count)  # nothing started yet
     sources = " + ".join(([f"{collectors_count} local collector(s)"] if collectors_count else []) + remote_source_names(options, cfg))
@@ -216,10 +224,27 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     source.learner_progress(run.learner.stats.frames_played, run.learner.stats.batches_done)
     signals.defer()  # a signal while collectors spawn is noted, and acted on right after (start_loop)
     source.start()
+    run.training = TrainingThread(run.learner, wanted_threads=lambda: run.threads.current)
+    run.training.start()
+
+
+def local_collectors(options: TrainOptions, cfg, device) -> int:
+    """--collectors, else collectors_count: an integer, or "auto" (learner/cores.py, logged)."""
+    if options.collectors is not None:
+        return options.collectors
+    if cfg.collectors_count != "auto":
+        return cfg.collectors_count
+    remote = remote_source_names(options, cfg)
+    other_games_here = games_on_this_machine(options, cfg, 0)
+    count, why = auto_collectors(device, os.cpu_count() or 1, other_games_here, other_sources=bool(remote))
+    log(why)
+    return count
 
 
 def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
-    learner, source, live = run.learner, run.source, run.live
+    """The main thread: races in (ingest), weights out (publish), pacing, health, logs, saves and the held-out
+    evaluation; the train steps run in the training thread, paused for what must not run beside them."""
+    learner, source, live, training = run.learner, run.source, run.live, run.training
     pacing = Pacing(source, log)
     status = StatusLine(enabled=options.status_line)
     run.saves = saves = PeriodicSaves(log)
@@ -227,24 +252,28 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
     last_aggregate = time.perf_counter()
     try:
         while not signals.requested:
+            training.check()
             if deadline is not None and time.perf_counter() >= deadline:
                 return "time limit reached"
             live.reload()
-            learner.apply_config()  # config edits, schedules and buffer growth by frames played
-            wait_start = time.perf_counter()
-            envelope = source.get(timeout_s=0.0 if learner.can_train() else 0.5)
-            learner.note_waiting(time.perf_counter() - wait_start)
+            if learner.apply_config():  # config edits, and buffer growth by frames played
+                with training.paused():
+                    learner.grow_buffers()
+            envelope = source.get(timeout_s=INTAKE_WAIT_S)
             if envelope is not None:
                 learner.ingest_envelope(envelope)
-            learner.train(max_seconds=0.5)
+                training.data_stored()
+            learner.publish_pending()
             source.learner_progress(learner.stats.frames_played, learner.stats.batches_done)
             pacing.update(learner.training_backlog_batches(), live.current.max_training_backlog_batches)
             run.threads.update(source.idle_games_here())
             if run.held_out.due(learner):  # greedy races on the held-out tracks; the best weights by them kept
                 status.clear()
-                run.held_out.run(learner, stop_requested=lambda: signals.requested)
+                with training.paused():
+                    run.held_out.run(learner, stop_requested=lambda: signals.requested)
             for minute in run.held_out.weights_due(learner):
-                run.held_out.keep_weights(learner, minute)
+                with training.paused():
+                    run.held_out.keep_weights(learner, minute)
             health = source.health()
             learner.stats.collector_restarts += len(health.replaced)
             if health.exhausted:  # every producer was given up after repeated failures: nothing will come
@@ -260,7 +289,8 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
                 last_aggregate = time.perf_counter()
             if saves.due(learner):
                 status.clear()
-                saves.save(learner, live.current.save_frequency_s)
+                with training.paused():
+                    saves.save(learner, live.current.save_frequency_s)
             status.update(learner)
         return "interrupted"
     finally:
@@ -274,6 +304,10 @@ def _shutdown(run: _Run, exit_reason: str) -> int:
     log(f"{exit_reason}: {what}")
     code = 0
     try:
+        if run.training is not None:  # no step beside the final save; an error of the thread was reported by check()
+            run.training.stop()
+        if run.learner is not None:
+            run.learner.batches.close()
         if run.source is not None:
             try:
                 run.source.stop()

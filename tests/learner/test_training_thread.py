@@ -1,0 +1,153 @@
+"""The learner's training thread (learner/training_thread.py) and its batches (learner/batches.py): steps while the
+credit lasts, no step inside a pause, the thread count applied in the thread, errors handed to the main thread."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as torch_mp
+
+from tests.learner.test_learner import META, _config_file, _learner, _race
+from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.config.live import LiveConfig
+from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.batches import BatchFeed
+from trackmania_rl.learner.training_thread import TrainingThread, TrainingThreadError
+from trackmania_rl.replay.buffers import make_buffer
+from trackmania_rl.rollouts.local.shared_network import SharedNetwork
+
+
+def _wait_until(condition, timeout_s=60.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def learner(tmp_path):
+    learner, _ = _learner(tmp_path)
+    for seed in range(3):
+        learner.ingest(*_race(learner, 60, seed=seed), META)
+    yield learner
+    learner.batches.close()
+
+
+def test_the_thread_trains_until_the_credit_is_spent_then_again_when_races_come(learner):
+    credit = learner.stats.single_memories_should_have_been_used
+    training = TrainingThread(learner)
+    training.start()
+    try:
+        _wait_until(lambda: not learner.can_train())
+        assert learner.stats.batches_done == credit // learner.cfg.batch_size
+        learner.ingest(*_race(learner, 60, seed=7), META)
+        training.data_stored()
+        _wait_until(lambda: not learner.can_train())
+        assert learner.stats.batches_done == learner.stats.single_memories_should_have_been_used // learner.cfg.batch_size
+    finally:
+        training.stop()
+    training.check()
+
+
+def test_no_step_runs_inside_a_pause(learner):
+    steps = []
+    train_step = learner.train_step
+
+    def counted_step():
+        steps.append(time.monotonic())
+        time.sleep(0.005)  # a step takes a while: a pause must wait for the one in progress
+        return train_step()
+
+    learner.train_step = counted_step
+    learner.stats.single_memories_should_have_been_used += 10**6  # credit for the whole test
+    training = TrainingThread(learner)
+    training.start()
+    try:
+        _wait_until(lambda: len(steps) >= 3)
+        for _ in range(5):
+            with training.paused():
+                inside = len(steps)
+                time.sleep(0.1)
+                assert len(steps) == inside  # not one step began while paused
+            _wait_until(lambda inside=inside: len(steps) > inside)  # and it trains again after
+    finally:
+        training.stop()
+    training.check()
+
+
+def test_the_wanted_thread_count_is_set_in_the_training_thread(learner):
+    seen = []
+    train_step = learner.train_step
+    learner.train_step = lambda: seen.append(torch.get_num_threads()) or train_step()
+    wanted = {"threads": 2}
+    main_threads = torch.get_num_threads()
+    training = TrainingThread(learner, wanted_threads=lambda: wanted["threads"])
+    training.start()
+    try:
+        _wait_until(lambda: len(seen) >= 2)
+        wanted["threads"] = 1
+        count = len(seen)
+        _wait_until(lambda: len(seen) >= count + 2)
+    finally:
+        training.stop()
+    assert seen[0] == 2 and seen[-1] == 1
+    assert torch.get_num_threads() == main_threads  # the main thread's own count is not touched
+
+
+def test_an_error_in_a_step_reaches_the_main_thread_and_pauses_do_not_hang(learner):
+    def broken_step():
+        raise FloatingPointError("weights went bad")
+
+    learner.train_step = broken_step
+    training = TrainingThread(learner)
+    training.start()
+    _wait_until(lambda: training.error is not None)
+    with pytest.raises(TrainingThreadError, match="FloatingPointError: weights went bad"):
+        training.check()
+    with training.paused():  # the thread has ended: nothing to wait for
+        pass
+    training.stop()
+
+
+def test_a_batch_comes_from_the_test_buffer_at_its_ratio(learner):
+    feed = BatchFeed(
+        learner.buffer, learner.buffer_test, learner.trainer, torch.device("cpu"), np.random.default_rng(0), lambda: learner.cfg
+    )
+    assert len(learner.buffer_test) > 0
+    draws = [feed.next()[0] for _ in range(400)]
+    ratio = learner.cfg.buffer_test_ratio
+    assert abs(np.mean(draws) - ratio) < 4 * np.sqrt(ratio * (1 - ratio) / len(draws))
+    is_test, batch = feed.next()
+    assert batch["state_img"].shape[0] == learner.cfg.batch_size and "taus" not in batch  # the CPU step draws its own
+    empty_test = make_buffer(learner.cfg, learner.layout, 100, rng=np.random.default_rng(1))
+    feed = BatchFeed(learner.buffer, empty_test, learner.trainer, "cpu", np.random.default_rng(0), lambda: learner.cfg)
+    assert not any(feed.next()[0] for _ in range(50))  # an empty test buffer is never asked
+
+
+def test_publications_left_by_the_thread_are_published_by_the_main_thread(tmp_path):
+    cfg = LiveConfig(_config_file(tmp_path)).current
+    shared = SharedNetwork(make_network(cfg, float_layout_for(cfg), len(cfg.inputs)), torch_mp.get_context("spawn"))
+    learner, _ = _learner(tmp_path, shared=shared)
+    for seed in range(3):
+        learner.ingest(*_race(learner, 60, seed=seed), META)
+    left = []  # the online weights each time the thread leaves a copy to publish
+    leave = learner._leave_weights_to_publish
+    learner._leave_weights_to_publish = lambda: left.append({k: v.clone() for k, v in learner.online.state_dict().items()}) or leave()
+    publishers = []
+    publish = shared.publish
+    shared.publish = lambda version, weights: publishers.append(threading.current_thread()) or publish(version, weights)
+    training = TrainingThread(learner)
+    training.start()
+    try:
+        _wait_until(lambda: not learner.can_train())
+    finally:
+        training.stop()
+    assert len(left) == learner.stats.batches_done // 2 >= 2
+    assert shared.version == 1  # the thread only left copies
+    assert learner.publish_pending() and shared.version == 2 and publishers == [threading.current_thread()]
+    for name, tensor in shared.network.state_dict().items():  # the newest copy, whatever the batches done since
+        assert torch.equal(tensor, left[-1][name]), name
+    assert not learner.publish_pending()
+    learner.batches.close()

@@ -1,0 +1,121 @@
+"""The learner's training batches: sampled from the replay buffers (a hidden-test batch now and then), on the train
+step's device (DESIGN §2: a GPU learner prepares the next batch while the current one trains).
+
+- `BatchFeed` samples when asked, in the training thread: the CPU learner's case, where a sampling thread would
+  take a core the train step uses.
+- `PrefetchingBatchFeed` (CUDA): a thread samples the next batches, assembles them in pinned host memory and copies
+  them to the GPU with non_blocking copies on a stream of its own, `PREFETCH_DEPTH` ahead; the train step waits only
+  for the copy's event. The batches also carry the step's quantile fractions, drawn on the CPU
+  (`Trainer.draw_taus`): the GPU step then holds no random draw and can be a CUDA graph (agents/graphed_step.py).
+A prefetched batch was sampled up to PREFETCH_DEPTH steps before it trains: with prioritized replay its
+priorities are that many updates old (the stored transitions themselves are copied, whatever happens to them).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from trackmania_rl.agents.training import TAU_KEYS
+
+# what the train step reads; the rest of a sampled batch (mini-race clock, n-steps, terminal) stays on the host
+STEP_KEYS = ("state_img", "state_float", "action", "reward", "next_state_img", "next_state_float", "gamma_eff", "weight")
+PREFETCH_DEPTH = 2
+
+
+class BatchFeed:
+    """`next() -> (is_test, batch)`: a batch from the hidden-test buffer with probability buffer_test_ratio (when it
+    holds transitions), else from the training buffer; `batch["index"]` (the storage slots, for priority updates)
+    stays on the CPU. `settings()` gives the live config (buffer_test_ratio is read at each draw)."""
+
+    def __init__(self, buffer, buffer_test, trainer, device: torch.device, rng: np.random.Generator, settings: Callable):
+        self.buffer, self.buffer_test = buffer, buffer_test
+        self.trainer = trainer
+        self.device = torch.device(device)
+        self.rng = rng
+        self.settings = settings
+        self.with_taus = self.device.type == "cuda"
+        self.taus_generator = torch.Generator().manual_seed(int(rng.integers(2**62))) if self.with_taus else None
+
+    def _sample_on_host(self) -> tuple[bool, dict]:
+        is_test = len(self.buffer_test) > 0 and self.rng.random() < self.settings().buffer_test_ratio
+        batch = (self.buffer_test if is_test else self.buffer).sample_batch()
+        if self.with_taus:
+            batch.update(self.trainer.draw_taus(len(batch["action"]), self.taus_generator))
+        return is_test, batch
+
+    def next(self) -> tuple[bool, dict]:
+        is_test, batch = self._sample_on_host()
+        if self.device.type != "cpu":
+            batch = {k: (v.to(self.device) if k in STEP_KEYS + TAU_KEYS else v) for k, v in batch.items()}
+        return is_test, batch
+
+    def close(self) -> None:
+        return None
+
+
+class PrefetchingBatchFeed(BatchFeed):
+    """BatchFeed on CUDA with the next batches prepared by a thread (module docstring). It starts sampling once the
+    training buffer holds transitions; `close` stops the thread. An error in the thread comes out of `next`."""
+
+    def __init__(self, buffer, buffer_test, trainer, device: torch.device, rng: np.random.Generator, settings: Callable):
+        super().__init__(buffer, buffer_test, trainer, device, rng, settings)
+        self._ready: queue.Queue = queue.Queue(maxsize=PREFETCH_DEPTH)
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="batch-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        torch.set_num_threads(1)  # index_select of one batch: the train step's thread needs the cores more
+        stream = torch.cuda.Stream(self.device)
+        try:
+            while not self._stop.is_set():
+                if len(self.buffer) == 0:
+                    self._stop.wait(0.01)
+                    continue
+                is_test, host = self._sample_on_host()
+                pinned = {k: v.pin_memory() for k, v in host.items() if k in STEP_KEYS + TAU_KEYS}
+                with torch.cuda.stream(stream):
+                    batch = {k: v.to(self.device, non_blocking=True) for k, v in pinned.items()}
+                    copied = torch.cuda.Event()
+                    copied.record(stream)
+                batch["index"] = host["index"]
+                while not self._stop.is_set():
+                    try:
+                        self._ready.put((is_test, batch, copied), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as e:  # noqa: BLE001 - handed to the training thread, which stops the run with it
+            self.error = e
+
+    def next(self) -> tuple[bool, dict]:
+        while True:
+            if self.error is not None:
+                raise RuntimeError(f"the batch prefetch thread failed: {type(self.error).__name__}: {self.error}") from self.error
+            try:
+                is_test, batch, copied = self._ready.get(timeout=0.1)
+                break
+            except queue.Empty:
+                continue
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(copied)
+        for tensor in batch.values():
+            if tensor.is_cuda:
+                tensor.record_stream(current)  # made on the prefetch stream, freed after use on this one
+        return is_test, batch
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def make_batch_feed(buffer, buffer_test, trainer, device: torch.device, rng: np.random.Generator, settings: Callable) -> BatchFeed:
+    """The prefetching feed on CUDA, the synchronous one elsewhere."""
+    feed = PrefetchingBatchFeed if torch.device(device).type == "cuda" else BatchFeed
+    return feed(buffer, buffer_test, trainer, device, rng, settings)
