@@ -29,13 +29,13 @@ LAYERS = {
 }
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+def module_name(path: Path, package_dir: Path = PACKAGE_DIR) -> str:
+    parts = path.relative_to(package_dir.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def all_modules(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
-    return {module_name(path): path for path in sorted(package_dir.rglob("*.py"))}
+    return {module_name(path, package_dir): path for path in sorted(package_dir.rglob("*.py"))}
 
 
 def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
