@@ -2,13 +2,20 @@
 
     python scripts/evaluate.py --run save/carracing_default --seeds 0-9
     python scripts/evaluate.py --weights path/weights_online.torch --seeds 0-9,20,30-31
-    python scripts/evaluate.py --weights w.torch --config my_config.py --seeds 5 --max-race-seconds 30
+    python scripts/evaluate.py --weights w.torch --config my_config.py --seeds 5 --rules training --max-race-seconds 30
 
-Prints one JSON object per race as it ends (kind "race": seed, finished, race_time_s (null if not
-finished), native_score, progress_fraction (furthest progress along the lap), end_reason, n_actions,
-game_time_s) and a final one (kind "summary": races, finished, finished_fraction, mean_native_score,
-mean_race_time_s over the finished races (null if none), mean_progress_fraction, seeds).
-Races are MapSpec("eval", seed, is_explo=False, fill_buffer=False) played on the CPU.
+Races end by CarRacing-v3's own episode rules (--rules native, the default): exactly when an episode of Gymnasium's
+registered CarRacing-v3 ends, its TimeLimit included (every road tile touched: "finished"; off the playfield:
+"left_playfield"; 1000 physics steps = 20 s: "time_limit"), the rules published CarRacing scores use. --rules
+training ends them as training does: the finish line after one lap ("finished"), the config's overall cut-off
+("overall", --max-race-seconds overrides it) and no-progress cut-off ("no_progress"), or off the playfield.
+
+Prints one JSON object per race as it ends (kind "race": seed, rules, finished, race_time_s (null if not
+finished), native_score, progress_fraction (furthest progress along the lap), tile_coverage, end_reason,
+n_actions, game_time_s) and a final one (kind "summary": rules, races, finished, finished_fraction,
+mean_native_score, std_native_score, mean_tile_coverage, mean_race_time_s over the finished races (null if
+none), mean_progress_fraction, seeds). Races are MapSpec("eval", seed, is_explo=False, fill_buffer=False)
+played on the CPU.
 
 The settings: --config FILE if given (a Python config, executed because you named it, or a settings.json),
 else the settings.json beside the weights (the values the run trained with, read as data), else
@@ -24,6 +31,7 @@ import sys
 
 from trackmania_rl.evaluation import evaluate as evaluation
 from trackmania_rl.games.base import GameCrashed
+from trackmania_rl.rollouts.greedy import evaluate_seeds, summarise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,12 +53,12 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     paths = policy.paths
-    print(f"evaluating {evaluation.describe_source(paths)} on {len(seeds)} seed(s)", file=sys.stderr)
+    print(f"evaluating {evaluation.describe_source(paths)} on {len(seeds)} seed(s), {args.rules} rules", file=sys.stderr)
 
-    game = evaluation.make_eval_game(policy)
+    game = evaluation.make_eval_game(policy, args.rules)
     records = []
     try:
-        for record in evaluation.evaluate_seeds(game, policy, seeds):
+        for record in evaluate_seeds(game, policy, seeds):
             records.append(record)
             print(json.dumps(record), flush=True)
     except GameCrashed as e:
@@ -62,11 +70,12 @@ def main(argv=None) -> int:
             return 130
     finally:
         game.close()
-    summary = evaluation.summarise(records)
+    summary = summarise(records)
     summary.update(
         weights=str(paths.weights),
         config=str(paths.config),
-        max_race_seconds=policy.cfg.cutoff_rollout_if_race_not_finished_within_duration_ms / 1000,
+        # the training rules' overall cut-off; the native rules have none but the game's time limit
+        max_race_seconds=policy.cfg.cutoff_rollout_if_race_not_finished_within_duration_ms / 1000 if args.rules == "training" else None,
     )
     print(json.dumps(summary), flush=True)
     return 0 if len(records) == len(seeds) else 130

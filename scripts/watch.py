@@ -1,17 +1,18 @@
 """Render one greedy race to a video: game view | network input frame | Q-values per action.
 
     python scripts/watch.py --run save/carracing_default --seed 3 --out race.mp4
-    python scripts/watch.py --weights w.torch --seed 3 --out race.gif --height 240 --max-race-seconds 20
+    python scripts/watch.py --weights w.torch --seed 3 --out race.gif --height 240 --rules training --max-race-seconds 20
 
 One video frame per decision, played back in real game time by default (1000 / ms_per_action frames
 per second). The left panel is CarRacing's full RGB render (600 x 400, with its HUD), the middle one
 the grey frame the network saw (upscaled), the right one a bar per action of the network's Q-values,
 the chosen (greedy) action highlighted. GIF always works; MP4 needs the imageio-ffmpeg package.
 Prints the race as one JSON object (as scripts/evaluate.py does) plus the video's path, frame count
-and size. The config is chosen as in scripts/evaluate.py. Bad arguments print `error: ...`, exit 2:
---height in [64, 2160], --fps finite in (0, 240], --max-race-seconds finite and positive.
+and size. The config and the rules that end the race (--rules native, the default, or training) are chosen as
+in scripts/evaluate.py. Bad arguments print `error: ...`, exit 2: --height in [64, 2160], --fps finite in
+(0, 240], --max-race-seconds finite and positive and only with --rules training.
 Frames go to the file as they come (memory does not grow with the race). The network decides through
-the same acting program and Inferer as the collectors (trackmania_rl/evaluation/evaluate.py, GreedyPolicy).
+the same acting program and Inferer as the collectors (trackmania_rl/rollouts/greedy.py, GreedyPolicy).
 """
 
 import argparse
@@ -22,6 +23,7 @@ import sys
 from trackmania_rl.evaluation import evaluate as evaluation
 from trackmania_rl.evaluation import video as race_video
 from trackmania_rl.games.base import GameCrashed
+from trackmania_rl.rollouts.greedy import play_race
 
 DEFAULT_HEIGHT = {".gif": 240, ".mp4": 400}
 MAX_FPS = 240.0
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
     print(f"watching {evaluation.describe_source(policy.paths)} on seed {args.seed} -> {out}", file=sys.stderr)
 
     composer = race_video.FrameComposer(cfg, height)
-    game = evaluation.make_eval_game(policy)
+    game = evaluation.make_eval_game(policy, args.rules)
     try:
         with race_video.VideoWriter(out, fps) as writer:
 
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
                 view = race_video.render_game_view(cfg, game)
                 writer.write(composer.compose(view, frame, q_values, action, step * cfg.ms_per_action / 1000, step))
 
-            record = evaluation.play_race(game, policy, args.seed, observer=observer)
+            record = play_race(game, policy, args.seed, observer=observer)
             frames = writer.frames_written
     except GameCrashed as e:
         print(f"error: the game crashed during the race: {e}", file=sys.stderr)

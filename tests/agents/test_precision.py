@@ -98,7 +98,9 @@ def test_an_explicit_setting_is_used_without_a_probe(cfg, layout, monkeypatch, s
     assert choice.dtype == dtype and logged == [f"training precision {setting}: training_precision = {setting!r}"]
 
 
-def test_auto_times_both_and_chooses_by_the_measured_ratio_without_touching_the_random_state(cfg, layout):
+def test_auto_times_both_without_touching_the_random_state(cfg, layout):
+    """The real probe: both step times measured, logged with the choice, the run's random state left as it was
+    (which dtype it picks is this machine's business: the decision is tested on fixed times below)."""
     torch.manual_seed(11)
     expected_next = torch.rand(3)
     torch.manual_seed(11)
@@ -106,6 +108,39 @@ def test_auto_times_both_and_chooses_by_the_measured_ratio_without_touching_the_
     choice = choose_precision("auto", cfg, layout, N_ACTIONS, torch.device("cpu"), logged.append)
     assert torch.equal(torch.rand(3), expected_next)  # the run's seeded sampling goes on as if no probe had run
     assert choice.float32_ms > 0 and choice.bfloat16_ms > 0
-    faster = choice.float32_ms / choice.bfloat16_ms >= precision.MIN_SPEEDUP
-    assert choice.dtype == (torch.bfloat16 if faster else torch.float32)
-    assert len(logged) == 1 and f"float32 {choice.float32_ms:.1f} ms, bfloat16 {choice.bfloat16_ms:.1f} ms" in logged[0]
+    assert logged == [f"training precision {choice.name}: {choice.reason}"]
+    assert f"float32 {choice.float32_ms:.1f} ms, bfloat16 {choice.bfloat16_ms:.1f} ms" in logged[0]
+
+
+@pytest.mark.parametrize(
+    "float32_ms, bfloat16_ms, dtype, verdict",
+    [
+        (200.0, 100.0, torch.bfloat16, "(2.00x): bfloat16 is faster"),
+        (110.0, 100.0, torch.bfloat16, "(1.10x): bfloat16 is faster"),  # exactly MIN_SPEEDUP: bfloat16
+        (109.9, 100.0, torch.float32, "(1.10x): bfloat16 is not 1.1x faster"),  # just below it
+        (100.0, 100.0, torch.float32, "(1.00x): bfloat16 is not 1.1x faster"),
+        (100.0, 400.0, torch.float32, "(0.25x): bfloat16 is not 1.1x faster"),
+    ],
+)
+def test_auto_keeps_bfloat16_only_at_min_speedup_or_more(float32_ms, bfloat16_ms, dtype, verdict):
+    assert precision.MIN_SPEEDUP == 1.1
+    choice = precision.choice_from_probe(float32_ms, bfloat16_ms, "probe X")
+    assert choice.dtype == dtype and (choice.float32_ms, choice.bfloat16_ms) == (float32_ms, bfloat16_ms)
+    assert choice.reason == f"auto, probe X: float32 {float32_ms:.1f} ms, bfloat16 {bfloat16_ms:.1f} ms {verdict}"
+
+
+@pytest.mark.parametrize("medians, dtype", [((150.0, 60.0), torch.bfloat16), ((150.0, 140.0), torch.float32)])
+def test_auto_decides_on_the_probes_times(cfg, layout, monkeypatch, medians, dtype):
+    """choose_precision("auto") takes its decision from the probe's medians (given here), both ways."""
+    asked = []
+
+    def probe(cfg_, layout_, n_actions, device, dtypes):
+        asked.append(dtypes)
+        return dict(zip(dtypes, medians, strict=True))
+
+    monkeypatch.setattr(precision, "time_train_steps", probe)
+    logged = []
+    choice = choose_precision("auto", cfg, layout, N_ACTIONS, torch.device("cpu"), logged.append)
+    assert asked == [(torch.float32, torch.bfloat16)]
+    assert choice.dtype == dtype and (choice.float32_ms, choice.bfloat16_ms) == medians
+    assert logged == [f"training precision {choice.name}: {choice.reason}"] and f"at batch {cfg.batch_size} on cpu" in logged[0]

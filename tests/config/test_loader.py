@@ -75,8 +75,8 @@ def test_live_config_applies_valid_edits_refuses_invalid_and_holds_back_restart_
 
 
 def test_ms_per_action_comes_from_the_backends_physics_step(cfg):
+    from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP
     from trackmania_rl.config.loader import build_config
-    from trackmania_rl.games.registry import MS_PER_PHYSICS_STEP
 
     values = cfg.settings()
     for backend, ms in (("carracing", 20), ("trackmania", 10)):

@@ -1,4 +1,5 @@
-"""Greedy evaluation (trackmania_rl/evaluation.py, scripts/evaluate.py) and race videos (scripts/watch.py),
+"""Greedy evaluation (trackmania_rl/evaluation/evaluate.py, rollouts/greedy.py, scripts/evaluate.py) and race videos
+(scripts/watch.py),
 on the real game with a real (tiny, untrained) network whose weights are saved to a temporary run folder.
 The scripts run as subprocesses, as a user would run them."""
 
@@ -18,6 +19,7 @@ from trackmania_rl.evaluation import evaluate as evaluation
 from trackmania_rl.evaluation import video as race_video
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.checkpoint import CHECKPOINT, CHECKPOINTS, COMPLETE_MARKER, CONFIG_COPY, SETTINGS, WEIGHTS_ONLINE
+from trackmania_rl.rollouts import greedy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EVALUATE = REPO_ROOT / "scripts" / "evaluate.py"
@@ -27,6 +29,7 @@ SEED_LIST = [0, 1, 2, 5]
 RACE_KEYS = {
     "kind",
     "seed",
+    "rules",
     "finished",
     "race_time_s",
     "native_score",
@@ -38,6 +41,7 @@ RACE_KEYS = {
 }
 SUMMARY_KEYS = {
     "kind",
+    "rules",
     "races",
     "finished",
     "finished_fraction",
@@ -48,7 +52,8 @@ SUMMARY_KEYS = {
     "mean_progress_fraction",
     "seeds",
 }
-# small network, races of at most 2.5 s of game time (the no-progress cutoff usually ends them sooner)
+# small network; under the training rules, races of at most 2.5 s of game time (the no-progress cutoff usually ends
+# them sooner)
 TINY = dict(
     conv_layers=[(4, 8, 4), (8, 4, 2)],
     float_hidden_dim=16,
@@ -103,8 +108,8 @@ def weights(run_dir):
 
 @pytest.fixture(scope="module")
 def evaluated(weights):
-    """scripts/evaluate.py --weights on SEEDS: (completed process, JSON objects)."""
-    result = run_script(EVALUATE, "--weights", weights, "--seeds", SEEDS)
+    """scripts/evaluate.py --weights on SEEDS by the training rules: (completed process, JSON objects)."""
+    result = run_script(EVALUATE, "--weights", weights, "--seeds", SEEDS, "--rules", "training")
     assert result.returncode == 0, result.stderr
     return result, json_lines(result.stdout)
 
@@ -145,13 +150,17 @@ def test_summary_of_finished_and_unfinished_races():
         {"seed": 2, "finished": True, "race_time_s": 40.0, "native_score": 800.0, "progress_fraction": 1.0},
         {"seed": 3, "finished": False, "race_time_s": None, "native_score": -50.0, "progress_fraction": 0.05},
     ]
-    summary = evaluation.summarise(records)
-    assert summary["races"] == 4 and summary["finished"] == 2
+    summary = greedy.summarise(records)
+    assert summary["races"] == 4 and summary["finished"] == 2 and summary["rules"] is None
     assert summary["finished_fraction"] == 0.5
     assert summary["mean_native_score"] == pytest.approx(437.5)
     assert summary["mean_race_time_s"] == pytest.approx(35.0)  # finished races only
     assert summary["mean_progress_fraction"] == pytest.approx(0.575)
-    assert evaluation.summarise(records[1::2])["mean_race_time_s"] is None
+    assert greedy.summarise(records[1::2])["mean_race_time_s"] is None
+    # the rules the races were played by are the summary's; races of different rules are not summed up together
+    assert greedy.summarise([{**r, "rules": "native"} for r in records])["rules"] == "native"
+    with pytest.raises(ValueError, match="different rules"):
+        greedy.summarise([{**records[0], "rules": "native"}, {**records[1], "rules": "training"}])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -164,7 +173,7 @@ def test_evaluate_prints_one_line_per_race_and_a_consistent_summary(evaluated, w
     assert [r["seed"] for r in races] == SEED_LIST
     for race in races:
         assert set(race) == RACE_KEYS
-        assert isinstance(race["finished"], bool)
+        assert isinstance(race["finished"], bool) and race["rules"] == "training"
         assert race["end_reason"] in ("finished", "left_playfield", "overall", "no_progress")
         assert (race["race_time_s"] is None) == (not race["finished"])
         assert 0.0 <= race["progress_fraction"] <= 1.0
@@ -173,7 +182,7 @@ def test_evaluate_prints_one_line_per_race_and_a_consistent_summary(evaluated, w
         assert race["game_time_s"] == pytest.approx(race["n_actions"] * tiny_cfg.ms_per_action / 1000, abs=0.1)
         # the overall cutoff of the config found beside the weights (2.5 s) was applied
         assert race["game_time_s"] <= 2.5 + tiny_cfg.ms_per_action / 1000
-    assert summary["kind"] == "summary"
+    assert summary["kind"] == "summary" and summary["rules"] == "training"
     assert SUMMARY_KEYS <= set(summary)
     assert summary["races"] == len(races) == len(SEED_LIST)
     assert summary["seeds"] == SEED_LIST
@@ -195,17 +204,31 @@ def test_greedy_evaluation_is_deterministic(evaluated, run_dir):
     _, objects = evaluated
     first = objects[:-1]
     # the same seeds again, in another process, through the run folder
-    again = run_script(EVALUATE, "--run", run_dir, "--seeds", SEEDS)
+    again = run_script(EVALUATE, "--run", run_dir, "--seeds", SEEDS, "--rules", "training")
     assert again.returncode == 0, again.stderr
     assert json_lines(again.stdout)[:-1] == first
     # and in this process, through the library the scripts use
     policy = evaluation.open_policy(run=run_dir)
     assert not policy.network.training and not policy.inferer.is_explo
-    game = evaluation.make_eval_game(policy)
+    game = evaluation.make_eval_game(policy, "training")
     try:
-        assert list(evaluation.evaluate_seeds(game, policy, SEED_LIST)) == first
+        assert list(greedy.evaluate_seeds(game, policy, SEED_LIST)) == first
     finally:
         game.close()
+
+
+def test_the_native_rules_are_the_default_and_ignore_the_cutoffs(weights):
+    """Without --rules the races end by CarRacing-v3's own rules: not by the 2.5 s cut-off of the settings beside the
+    weights, at the latest at the game's 20 s time limit; --max-race-seconds belongs to the training rules."""
+    result = run_script(EVALUATE, "--weights", weights, "--seeds", "3")
+    assert result.returncode == 0, result.stderr
+    race, summary = json_lines(result.stdout)
+    assert race["rules"] == summary["rules"] == "native" and summary["max_race_seconds"] is None
+    assert race["end_reason"] in ("finished", "left_playfield", "time_limit")
+    assert race["game_time_s"] <= 20.0 and (race["end_reason"] != "time_limit" or race["game_time_s"] == 20.0)
+    assert race["game_time_s"] > 2.5 or race["end_reason"] != "time_limit"
+    refused = run_script(EVALUATE, "--weights", weights, "--seeds", "3", "--max-race-seconds", "5")
+    assert refused.returncode == 2 and "--rules training" in refused.stderr and refused.stdout == ""
 
 
 def test_max_race_seconds_overrides_the_cutoff(weights):
@@ -369,7 +392,9 @@ def test_watch_writes_a_gif_with_one_frame_per_decision(weights, tiny_cfg, tmp_p
 
     out = tmp_path / "race.gif"
     height = 96
-    result = run_script(WATCH, "--weights", weights, "--seed", 1, "--out", out, "--height", height, "--max-race-seconds", 1.5)
+    result = run_script(
+        WATCH, "--weights", weights, "--seed", 1, "--out", out, "--height", height, "--rules", "training", "--max-race-seconds", 1.5
+    )
     assert result.returncode == 0, result.stderr
     (record,) = json_lines(result.stdout)
     frames = iio.imread(out, index=None)  # (n, H, W, 3)
@@ -383,9 +408,9 @@ def test_watch_writes_a_gif_with_one_frame_per_decision(weights, tiny_cfg, tmp_p
     assert np.abs(middle[..., 0] - middle[..., 1]).mean() < 4 and np.abs(middle[..., 1] - middle[..., 2]).mean() < 4
     # rendering the view for the video does not change the race
     policy = evaluation.open_policy(weights=weights, max_race_seconds=1.5)
-    game = evaluation.make_eval_game(policy)
+    game = evaluation.make_eval_game(policy, "training")
     try:
-        expected = evaluation.play_race(game, policy, 1)
+        expected = greedy.play_race(game, policy, 1)
     finally:
         game.close()
     assert {k: record[k] for k in expected} == expected
@@ -397,7 +422,9 @@ def test_watch_writes_an_mp4(weights, tmp_path):
     import imageio.v2 as imageio
 
     out = tmp_path / "race.mp4"
-    result = run_script(WATCH, "--run", weights.parent, "--seed", 2, "--out", out, "--height", 100, "--max-race-seconds", 1)
+    result = run_script(
+        WATCH, "--run", weights.parent, "--seed", 2, "--out", out, "--height", 100, "--rules", "training", "--max-race-seconds", 1
+    )
     assert result.returncode == 0, result.stderr
     (record,) = json_lines(result.stdout)
     reader = imageio.get_reader(out)

@@ -1,4 +1,4 @@
-"""The game backends' description (trackmania_rl/games/backend.py, registry.py): the one way the rest of the
+"""The game backends' description (trackmania_rl/games/backend.py, base.py, config/game_backends.py): the one way the rest of the
 code learns about a game."""
 
 import subprocess
@@ -9,8 +9,8 @@ import pytest
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
 from trackmania_rl.games import float_layout_for, make_game_instance
-from trackmania_rl.games.backend import DEFAULT_GAME_BACKEND, MS_PER_PHYSICS_STEP, GameBackend, game_backend
-from trackmania_rl.games.base import MapSpec
+from trackmania_rl.games.backend import DEFAULT_GAME_BACKEND, MS_PER_PHYSICS_STEP, game_backend
+from trackmania_rl.games.base import GameBackend, MapSpec
 from trackmania_rl.games.car_racing import floats as car_floats
 from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 

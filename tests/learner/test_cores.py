@@ -1,7 +1,5 @@
 """The learner's thread count: the cores the games on this machine leave, plus those of collectors idle in a pause."""
 
-import time
-
 import pytest
 import torch
 
@@ -24,16 +22,22 @@ def test_threads_are_the_cores_left_by_the_games_that_play(cores, games, idle, t
 
 
 def test_update_sets_torchs_threads_and_the_mean_is_weighted_by_time(restore_threads):
-    threads = LearnerThreads(cores=2, games_here=1)
+    now = [100.0]
+    threads = LearnerThreads(cores=2, games_here=1, clock=lambda: now[0])
     assert torch.get_num_threads() == 1
+    now[0] += 5.0  # before the first take: not in the next mean
     threads.take_mean_threads()
-    time.sleep(0.2)
+    now[0] += 0.2
     assert threads.update(idle_games=1) == 2 and torch.get_num_threads() == 2
-    time.sleep(0.2)
+    now[0] += 0.3
+    assert threads.update(idle_games=1) == 2  # no change: the 2-thread stretch goes on
+    now[0] += 0.3
     assert threads.update(idle_games=0) == 1 and torch.get_num_threads() == 1
-    mean = threads.take_mean_threads()
-    assert 1.35 < mean < 1.65  # ~0.2 s at 1 thread and ~0.2 s at 2
-    assert threads.take_mean_threads() == pytest.approx(1.0)
+    now[0] += 0.2
+    assert threads.take_mean_threads() == pytest.approx((0.2 * 1 + 0.6 * 2 + 0.2 * 1) / 1.0)
+    now[0] += 1.0
+    assert threads.take_mean_threads() == pytest.approx(1.0)  # a fresh window: one thread all along
+    assert threads.take_mean_threads() == 1.0  # no time passed: the current count
 
 
 @pytest.mark.parametrize(

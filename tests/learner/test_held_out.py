@@ -36,10 +36,14 @@ def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
         first = held_out.run(learner)
         assert not held_out.due(learner)  # the next one a period later
         assert first["seeds"] == [100, 101] and first["races"] == 2
+        # its races end by the training rules (the config's cut-offs), and every record says so
+        assert first["rules"] == "training" and held_out.game.rules == "training"
+        assert "by the training rules" in next(m for m in messages if "held-out evaluation at minute" in m)
         assert 0.0 <= first["mean_tile_coverage"] <= 1.0 and first["std_native_score"] >= 0.0
         best = tmp_path / "run" / BEST
         record = json.loads((best / BEST_JSON).read_text())
         assert record["score"] == first["mean_native_score"] and record["previous_score"] is None
+        assert record["rules"] == "training" and "training rules" in record["metric"]
         assert read_settings(best / SETTINGS).settings() == learner.cfg.settings()
         assert resolve_checkpoint(run=best).config == best / SETTINGS  # a model folder evaluation can use as it is
         first_weights = (best / WEIGHTS_ONLINE).read_bytes()
@@ -53,6 +57,7 @@ def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
         assert (best / WEIGHTS_ONLINE).read_bytes() == first_weights
         lines = [json.loads(line) for line in (tmp_path / "run" / HELD_OUT_LOG).read_text().splitlines()]
         assert [line["mean_native_score"] for line in lines] == [first["mean_native_score"], second["mean_native_score"]]
+        assert [line["rules"] for line in lines] == ["training", "training"]
         assert lines[1]["minute"] > 2.0 and learner.stats.held_out_evaluations == 2
 
         # a better score replaces it, with the weights that were evaluated

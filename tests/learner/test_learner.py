@@ -104,11 +104,31 @@ def test_broken_rollout_is_refused_and_nothing_is_stored(tmp_path, corrupt, frag
     assert any("refused" in m and fragment in m for m in messages)
 
 
+def _record_weights_after_each_batch(learner) -> list[dict]:
+    """The online weights after each learning batch, appended as the learner trains."""
+    after_batch = []
+    train_on_tensors = learner.trainer.train_on_tensors
+
+    def recording(batch, do_learn):
+        result = train_on_tensors(batch, do_learn=do_learn)
+        if do_learn:
+            after_batch.append({name: tensor.clone() for name, tensor in learner.online.state_dict().items()})
+        return result
+
+    learner.trainer.train_on_tensors = recording
+    return after_batch
+
+
+def _same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
 def test_training_follows_the_replay_ratio_and_publishes(tmp_path):
     ctx = torch_mp.get_context("spawn")
     layout_cfg = LiveConfig(_config_file(tmp_path)).current
     shared = SharedNetwork(make_network(layout_cfg, float_layout_for(layout_cfg), len(layout_cfg.inputs)), ctx)
     learner, _ = _learner(tmp_path, shared=shared)
+    after_batch = _record_weights_after_each_batch(learner)
     assert shared.version == 1  # the start publishes once
     assert not learner.can_train()
     for seed in range(3):
@@ -116,15 +136,25 @@ def test_training_follows_the_replay_ratio_and_publishes(tmp_path):
     credit = learner.stats.single_memories_should_have_been_used
     batches = learner.train(max_seconds=60)
     batch_size = learner.cfg.batch_size
-    assert batches == int(credit // batch_size) and not learner.can_train()
+    assert batches == int(credit // batch_size) >= 2 and not learner.can_train()
     assert learner.stats.single_memories_used == batches * batch_size
     # one soft update each time the memories used cross 0, 64, 128, ...
     assert learner.stats.target_network_updates == learner.stats.single_memories_used // 64 + 1
     assert shared.version == 1 + batches // 2 == learner.stats.policy_version
-    published = shared.network.state_dict()
-    for name, tensor in learner.online.state_dict().items():
-        if batches % 2 == 0:
-            assert torch.equal(published[name], tensor), name
+
+    def check_published(total: int) -> None:
+        """Every 2 batches the source gets the online weights of that moment: after an even count they are the
+        online weights, after an odd one those after the batch before (the last batch has changed them since)."""
+        assert len(after_batch) == total and shared.version == 1 + total // 2
+        published = shared.network.state_dict()
+        assert _same_weights(published, after_batch[total - total % 2 - 1])
+        assert _same_weights(published, learner.online.state_dict()) == (total % 2 == 0)
+
+    check_published(batches)
+    # one batch more: the check sees both an odd and an even batch count, whichever came first
+    learner.stats.single_memories_should_have_been_used = learner.stats.single_memories_used + batch_size
+    assert learner.train(max_seconds=60) == 1
+    check_published(batches + 1)
 
 
 def test_non_finite_gradients_are_skipped_logged_once_and_kept_out_of_the_means(tmp_path):
@@ -168,7 +198,17 @@ def test_save_and_resume_continue_everything(tmp_path):
         assert torch.equal(resumed.online.state_dict()[name], tensor), name
     for name, tensor in learner.target.state_dict().items():
         assert torch.equal(resumed.target.state_dict()[name], tensor), name
-    assert resumed.optimizer.state_dict()["state"].keys() == learner.optimizer.state_dict()["state"].keys()
+    # the optimizer's moments and step counts per parameter, and its hyper-parameters, continue exactly
+    saved, loaded = learner.optimizer.state_dict(), resumed.optimizer.state_dict()
+    assert saved["state"] and loaded["state"].keys() == saved["state"].keys()
+    for index, state in saved["state"].items():
+        assert {"step", "exp_avg", "exp_avg_sq"} <= state.keys() and loaded["state"][index].keys() == state.keys()
+        assert state["step"] > 0 and torch.count_nonzero(state["exp_avg_sq"]) > 0  # trained: moments to compare
+        for name, value in state.items():
+            assert torch.equal(loaded["state"][index][name], value), (index, name)
+    assert [{k: v for k, v in g.items() if k != "params"} for g in loaded["param_groups"]] == [
+        {k: v for k, v in g.items() if k != "params"} for g in saved["param_groups"]
+    ]
     assert len(resumed.buffer) == len(learner.buffer) and len(resumed.buffer_test) == len(learner.buffer_test)
     assert np.array_equal(resumed.buffer.storage.to_experience().frames, learner.buffer.storage.to_experience().frames)
     assert any(m.startswith("resumed from") for m in messages)

@@ -95,15 +95,20 @@ def choose_precision(setting: str, cfg, layout, n_actions: int, device: torch.de
         choice = PrecisionChoice(torch.float32, f"auto: {device.type} has no bfloat16 autocast")
     else:
         medians = time_train_steps(cfg, layout, n_actions, device, (torch.float32, torch.bfloat16))
-        fp32, bf16 = medians[torch.float32], medians[torch.bfloat16]
-        faster = fp32 / bf16 >= MIN_SPEEDUP
-        verdict = "bfloat16 is faster" if faster else f"bfloat16 is not {MIN_SPEEDUP}x faster"
-        choice = PrecisionChoice(
-            torch.bfloat16 if faster else torch.float32,
-            f"auto, probe of the train step at batch {cfg.batch_size} on {device.type} ({torch.get_num_threads()} thread(s)): "
-            f"float32 {fp32:.1f} ms, bfloat16 {bf16:.1f} ms ({fp32 / bf16:.2f}x): {verdict}",
-            fp32,
-            bf16,
-        )
+        probe = f"probe of the train step at batch {cfg.batch_size} on {device.type} ({torch.get_num_threads()} thread(s))"
+        choice = choice_from_probe(medians[torch.float32], medians[torch.bfloat16], probe)
     log(f"training precision {choice.name}: {choice.reason}")
     return choice
+
+
+def choice_from_probe(float32_ms: float, bfloat16_ms: float, probe: str) -> PrecisionChoice:
+    """The "auto" decision on the probe's median step times: bfloat16 when it is at least MIN_SPEEDUP times faster
+    (float32_ms / bfloat16_ms >= MIN_SPEEDUP), else float32. `probe` says how they were measured, for the log."""
+    faster = float32_ms / bfloat16_ms >= MIN_SPEEDUP
+    verdict = "bfloat16 is faster" if faster else f"bfloat16 is not {MIN_SPEEDUP}x faster"
+    return PrecisionChoice(
+        torch.bfloat16 if faster else torch.float32,
+        f"auto, {probe}: float32 {float32_ms:.1f} ms, bfloat16 {bfloat16_ms:.1f} ms ({float32_ms / bfloat16_ms:.2f}x): {verdict}",
+        float32_ms,
+        bfloat16_ms,
+    )

@@ -44,11 +44,12 @@ from trackmania_rl.agents.acting import acting_torch_settings
 from trackmania_rl.agents.iqn import IQNNetwork, make_network
 from trackmania_rl.agents.policy import CollectorPolicy
 from trackmania_rl.config.loader import default_config
-from trackmania_rl.evaluation.evaluate import EvaluationError, open_policy, play_race
+from trackmania_rl.evaluation.evaluate import EvaluationError, open_policy
 from trackmania_rl.games.base import MapSpec
 from trackmania_rl.games.car_racing.driver import centerline_follower
 from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size
 from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
+from trackmania_rl.rollouts.greedy import play_race
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
 
 SEEDS = (0, 1, 2, 3)

@@ -88,8 +88,8 @@ def _http_actions_per_s(ctx, source, window_s: float, keep: list) -> float:
             pass
 
 
-def _context(workdir: Path, config_path: Path, live, listen: str = "127.0.0.1:0") -> SourceContext:
-    options = types.SimpleNamespace(listen=listen, new_token=False)
+def _context(workdir: Path, config_path: Path, live) -> SourceContext:
+    options = types.SimpleNamespace(new_token=False)
     layout = float_layout_for(live.current)
     return SourceContext(options, live, config_path, GAME_BACKEND, layout, workdir, log=lambda m: None)
 
@@ -146,7 +146,7 @@ def run(args):
         ctx = torch_mp.get_context("spawn")
         shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs)), ctx)
         shared.publish(1, network.state_dict())
-        source = make_http_source(_context(workdir, config_path, live))
+        source = make_http_source(_context(workdir, config_path, live), "127.0.0.1:0")
         source.publish(1, network.state_dict())
         source.start()
         local, remote, longest = [], [], []

@@ -11,12 +11,8 @@ import runpy
 import types
 from pathlib import Path
 
+from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP
 from trackmania_rl.config.schema import ADDED_LATER, SETTINGS, ConfigError
-
-# Game time per physics step, by backend: game knowledge, so it lives with the games. The config's one
-# dependency on games/ (a layer above it): games/registry.py holds only constants and games/__init__.py
-# imports nothing at load, so loading a config still starts neither numpy nor gymnasium nor Box2D.
-from trackmania_rl.games.registry import MS_PER_PHYSICS_STEP
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "config_files"

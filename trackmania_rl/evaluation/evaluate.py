@@ -2,9 +2,11 @@
 
 - `parse_seeds("0-9,20,30-31")`: track seeds from "A-B" inclusive ranges and comma lists.
 - `resolve_checkpoint(weights=..., run=..., config=...)`: which weights file and which config file to use.
-- `load_policy(paths)` / `GreedyPolicy`: the network (eval mode, CPU) behind a greedy `Inferer`.
-- `play_race(game, policy, seed)`: one race on MapSpec("eval", seed, is_explo=False, fill_buffer=False),
-  returned as a plain, JSON-ready record; `evaluate_seeds` plays several, `summarise` sums them up.
+- `load_policy(paths)`: the network (eval mode, CPU) behind a greedy `Inferer` (rollouts/greedy.py `GreedyPolicy`).
+- `make_eval_game(policy, rules)`: the game to play it in, its races ended by CarRacing-v3's own episode rules
+  ("native", the default of the scripts' --rules) or by the training cut-offs ("training").
+The races themselves are played and summed up by rollouts/greedy.py (`play_race`, `evaluate_seeds`,
+`summarise`), which the held-out evaluation during training uses too.
 
 Every problem with what the user asked for (a missing file, weights that do not fit the config, a bad
 seed list...) raises `EvaluationError` with a message naming it; the scripts print it and exit 2.
@@ -17,26 +19,21 @@ import argparse
 import math
 import os
 import re
-import sys
-from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from trackmania_rl.agents.acting import make_inference_network
-from trackmania_rl.agents.exploration import Inferer
 from trackmania_rl.agents.iqn import NotAStateDict, StateDictMismatch, WeightsFileUnreadable, load_network, make_network
 from trackmania_rl.config.loader import CONFIG_DIR, ConfigError, load_config
 from trackmania_rl.config.values import read_settings
 from trackmania_rl.games import float_layout_for, make_game_instance
 from trackmania_rl.games.backend import DEFAULT_GAME_BACKEND
-from trackmania_rl.games.base import GameCrashed, MapSpec
+from trackmania_rl.games.base import RACE_RULES, RULES_NATIVE, RULES_TRAINING
 from trackmania_rl.learner.checkpoint import CHECKPOINT, CHECKPOINTS, CONFIG_COPY, SETTINGS, WEIGHTS_ONLINE, find_checkpoint
+from trackmania_rl.rollouts.greedy import GreedyPolicy
 
 DEFAULT_CONFIG = CONFIG_DIR / "config.py"
-EVAL_MAP_NAME = "eval"
 # the game evaluated on: configs are loaded for it, and the layout and game instance come from its
 # backend (games/backend.py)
 GAME_BACKEND = DEFAULT_GAME_BACKEND
@@ -77,8 +74,8 @@ def _race_seconds(text: str) -> float:
 
 
 def add_policy_arguments(parser) -> None:
-    """The options evaluate.py and watch.py share: which network, which config, race length, threads.
-    Numbers are checked by argparse (exit 2 with the option named)."""
+    """The options evaluate.py and watch.py share: which network, which config, the rules that end a race, race
+    length, threads. Numbers are checked by argparse (exit 2 with the option named)."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--weights", help="a weights file (state_dict, e.g. save/<run>/best/weights_online.torch)")
     source.add_argument("--run", help="a run folder (save/<run>: its newest complete checkpoint) or a checkpoint folder")
@@ -89,7 +86,19 @@ def add_policy_arguments(parser) -> None:
         "(default: the settings.json beside the weights, else config_files/config.py)",
     )
     parser.add_argument(
-        "--max-race-seconds", type=_race_seconds, default=None, help="override the overall race cutoff (game seconds, finite, > 0)"
+        "--rules",
+        choices=RACE_RULES,
+        default=RULES_NATIVE,
+        help="how a race ends: 'native' (default): exactly when an episode of Gymnasium's registered CarRacing-v3 ends "
+        "(every road tile touched, off the playfield, or its time limit of 1000 physics steps = 20 s), the rules "
+        "published scores use; 'training': the trainer's own end (the finish line after one lap, the config's "
+        "overall cut-off, 60 s by default, and its no-progress cut-off, 2 s without a new zone)",
+    )
+    parser.add_argument(
+        "--max-race-seconds",
+        type=_race_seconds,
+        default=None,
+        help="with --rules training: override the overall race cutoff (game seconds, finite, > 0)",
     )
     parser.add_argument("--threads", type=_threads, default=1, help=f"torch CPU threads (default 1, at most {os.cpu_count() or 1})")
 
@@ -258,28 +267,6 @@ def load_state_dict_checked(network: torch.nn.Module, weights_path: str | Path, 
         ) from None
 
 
-class GreedyPolicy:
-    """The network in eval mode behind a greedy Inferer: `policy(frame, state_float)` ->
-    (action, True, value, q_values), deterministic for given inputs. Runs on the CPU and decides as a
-    collector does, through the inference network's acting program (agents/acting.py)."""
-
-    def __init__(self, cfg, network: torch.nn.Module, layout, paths: CheckpointPaths | None = None):
-        self.cfg = cfg
-        self.layout = layout
-        self.n_actions = len(cfg.inputs)
-        self.network = network.eval()
-        for p in self.network.parameters():
-            p.requires_grad_(False)
-        acting = make_inference_network(cfg, layout, self.n_actions, jit=False, device="cpu")
-        acting.load_state_dict_from(self.network)
-        self.inferer = Inferer(acting, cfg, self.n_actions, device="cpu", is_explo=False)
-        self.inferer.set_exploration(0.0, 0.0)
-        self.paths = paths
-
-    def __call__(self, frame: np.ndarray, state_float: np.ndarray):
-        return self.inferer.get_exploration_action(frame, state_float)
-
-
 def load_policy(paths: CheckpointPaths, cfg=None, max_race_seconds: float | None = None) -> GreedyPolicy:
     """The greedy policy of `paths` (cfg: already loaded config, else read from paths.config)."""
     if cfg is None:
@@ -298,7 +285,13 @@ def open_policy(weights=None, run=None, config=None, max_race_seconds: float | N
 
 
 def open_policy_from_args(args) -> GreedyPolicy:
-    """`open_policy` from the options of `add_policy_arguments`, then torch's thread count from --threads."""
+    """`open_policy` from the options of `add_policy_arguments`, then torch's thread count from --threads.
+    EvaluationError for --max-race-seconds under the native rules (their time limit is the game's)."""
+    if args.max_race_seconds is not None and args.rules != RULES_TRAINING:
+        raise EvaluationError(
+            f"--max-race-seconds sets the training rules' overall cut-off: add --rules training (the {args.rules} rules "
+            "end a race by CarRacing-v3's own time limit)"
+        )
     policy = open_policy(weights=args.weights, run=args.run, config=args.config, max_race_seconds=args.max_race_seconds)
     torch.set_num_threads(args.threads)
     return policy
@@ -310,91 +303,6 @@ def describe_source(paths: CheckpointPaths) -> str:
     return f"{paths.weights} with config {paths.config}{note}"
 
 
-def make_eval_game(policy: GreedyPolicy):
-    """A game instance for the policy's config."""
-    return make_game_instance(policy.cfg, GAME_BACKEND)
-
-
-# --------------------------------------------------------------------------------------------------
-# Races
-# --------------------------------------------------------------------------------------------------
-# observer(step, frame, state_float, decision): called after every decision, with the game at the state
-# the network saw (watch.py reads the game's view from the env at that moment)
-Observer = Callable[[int, np.ndarray, np.ndarray, tuple], None]
-
-
-def eval_map_spec(seed: int) -> MapSpec:
-    return MapSpec(name=EVAL_MAP_NAME, seed=int(seed), is_explo=False, fill_buffer=False)
-
-
-def race_record(seed: int, end_race_stats: dict) -> dict:
-    """One race as a JSON-ready dict."""
-    finished = bool(end_race_stats["race_finished"])
-    return {
-        "kind": "race",
-        "seed": int(seed),
-        "finished": finished,
-        "race_time_s": end_race_stats["race_time"] / 1000 if finished else None,
-        "native_score": float(end_race_stats["native_score"]),
-        "progress_fraction": float(end_race_stats["progress_fraction"]),
-        # share of the road tiles the car touched (CarRacing's native score pays them); None for other games
-        "tile_coverage": float(end_race_stats["tiles_visited_fraction"]) if "tiles_visited_fraction" in end_race_stats else None,
-        "end_reason": end_race_stats["end_reason"],
-        "n_actions": int(end_race_stats["n_actions"]),
-        "game_time_s": end_race_stats["race_time_for_ratio"] / 1000,
-    }
-
-
-def play_race(game, policy: GreedyPolicy, seed: int, observer: Observer | None = None) -> dict:
-    """One greedy race on track `seed`: its record (see race_record). Raises GameCrashed if the game failed."""
-    spec = eval_map_spec(seed)
-    zone_centers = game.zone_centers_for(spec)
-    if observer is None:
-        acting = policy
-    else:
-        step = [0]
-
-        def acting(frame, state_float):
-            decision = policy(frame, state_float)
-            observer(step[0], frame, state_float, decision)
-            step[0] += 1
-            return decision
-
-    _, end_race_stats = game.rollout(acting, spec, zone_centers, lambda: None)
-    return race_record(seed, end_race_stats)
-
-
-def evaluate_seeds(game, policy: GreedyPolicy, seeds: Iterable[int], retries: int = 1) -> Iterator[dict]:
-    """Play each seed in turn and yield its record. A race whose game crashed is replayed (the game
-    rebuilds itself; races are deterministic) up to `retries` times, then GameCrashed propagates."""
-    for seed in seeds:
-        for attempt in range(retries + 1):
-            try:
-                record = play_race(game, policy, seed)
-                break
-            except GameCrashed as e:
-                if attempt == retries:
-                    raise
-                print(f"race on seed {seed} crashed, replaying it: {e}", file=sys.stderr)
-        yield record
-
-
-def summarise(records: list[dict]) -> dict:
-    """The summary of race records: counts, finished fraction, mean and standard deviation of the native score,
-    mean progress and tile coverage, and the mean race time of the finished races (None when none finished)."""
-    records = list(records)
-    n = len(records)
-    finished = [r for r in records if r["finished"]]
-    coverage = [r["tile_coverage"] for r in records if r.get("tile_coverage") is not None]
-    return {
-        "kind": "summary",
-        "races": n,
-        "finished": len(finished),
-        "finished_fraction": len(finished) / n if n else None,
-        "mean_native_score": float(np.mean([r["native_score"] for r in records])) if n else None,
-        "std_native_score": float(np.std([r["native_score"] for r in records])) if n else None,
-        "mean_tile_coverage": float(np.mean(coverage)) if coverage else None,
-        "mean_race_time_s": float(np.mean([r["race_time_s"] for r in finished])) if finished else None,
-        "mean_progress_fraction": float(np.mean([r["progress_fraction"] for r in records])) if n else None,
-        "seeds": [r["seed"] for r in records],
-    }
+def make_eval_game(policy: GreedyPolicy, rules: str = RULES_NATIVE):
+    """A game instance for the policy's config whose races end by `rules` (games/base.py RACE_RULES)."""
+    return make_game_instance(policy.cfg, GAME_BACKEND, rules)

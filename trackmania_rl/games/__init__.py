@@ -1,7 +1,7 @@
 """Game backends. `make_game_instance` builds the one named by user_config.game_backend; what else the
 rest of the code may know about a game is its description, `games.backend.game_backend(name)`.
 
-Importing this package is light (the config loader imports games/registry.py through it): the game
+Importing this package is light: the game
 contract (base.py, with numpy) loads when one of its names is first read from here, the backends' module
 and the games when used.
 """
@@ -28,11 +28,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def make_game_instance(cfg, game_backend: str | None = None) -> GameInstance:
-    """A game instance for `game_backend` (default: the backend the config was built for)."""
+def make_game_instance(cfg, game_backend: str | None = None, rules: str = "training") -> GameInstance:
+    """A game instance for `game_backend` (default: the backend the config was built for) whose races end by
+    `rules`: "training" (the trainer's cut-offs) or "native" (the game's own episode end); games/base.py RACE_RULES."""
     from trackmania_rl.games.backend import game_backend as _game_backend
 
-    return _game_backend(cfg.game_backend if game_backend is None else game_backend).make_game_instance(cfg)
+    return _game_backend(cfg.game_backend if game_backend is None else game_backend).make_game_instance(cfg, rules)
 
 
 def float_layout_for(cfg, game_backend: str | None = None) -> FloatLayout:

@@ -1,10 +1,11 @@
-"""The game-instance contract (DESIGN §3.1): the only place that knows which game is driven."""
+"""The game contract (DESIGN §3.1): a game instance, the races it plays, and a backend's description."""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,17 @@ ROLLOUT_ACTION_KEYS = ("actions", "action_was_greedy", "q_values", "input_w")
 # per state, where the game has it: how many distinct road tiles the car has touched since the start (CarRacing;
 # its native score pays for each); `reward_per_new_road_tile` needs it
 ROAD_TILES_TOUCHED = "road_tiles_touched"
+
+# How a race ends (the `rules` of a game instance):
+# - "training": the trainer's own end of a race: the car crosses the finish line after one lap, or a cut-off ends
+#   it (the overall duration `cutoff_rollout_if_race_not_finished_within_duration_ms`, no new zone within
+#   `cutoff_rollout_if_no_vcp_passed_within_duration_ms`), or the game's own failure (CarRacing: off the
+#   playfield). What collectors and the held-out evaluation play.
+# - "native": only what ends an episode of the game itself, as its publishers define it (CarRacing: Gymnasium's
+#   registered CarRacing-v3, its TimeLimit included), so that scores compare with published ones.
+RULES_TRAINING = "training"
+RULES_NATIVE = "native"
+RACE_RULES = (RULES_NATIVE, RULES_TRAINING)
 
 # exploration_policy(frame uint8 (1, H, W), state_float float32 (D,)) -> (action, action_was_greedy, value, q_values)
 ExplorationPolicy = Callable[[np.ndarray, np.ndarray], tuple]
@@ -40,9 +52,10 @@ class GameCrashed(RuntimeError):
 
 
 class GameInstance(abc.ABC):
-    """One game, driven one race at a time by one collector."""
+    """One game, driven one race at a time by one collector. `rules`: how its races end (RACE_RULES)."""
 
     float_layout: FloatLayout
+    rules: str = RULES_TRAINING
 
     @abc.abstractmethod
     def zone_centers_for(self, map_spec: MapSpec) -> np.ndarray:
@@ -63,3 +76,37 @@ class GameInstance(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 (a default that does nothing: a game without resources need not override it)
         """Release the game's resources."""
+
+
+@dataclass(frozen=True)
+class GameBackend:
+    """One game as the rest of the code sees it (games/backend.py `game_backend(name)` finds it by name).
+
+    - `make_float_layout(cfg) -> FloatLayout`: the float inputs' layout, without starting the game;
+    - `make_game_instance(cfg, rules) -> GameInstance`: a game to play races in (DESIGN §3.1), ending them by
+      `rules` (RULES_TRAINING or RULES_NATIVE);
+    - `distance_to_current_zone_center(layout, state_float) -> distances`: from the car to the current
+      zone center, read from the floats (one state (D,) or a batch (..., D)); the reward-shaping
+      potential is made from it (DESIGN §3.5);
+    - `off_road_fraction(layout, state_float) -> fractions in [0, 1]`: how far off the road the car is, read from
+      the floats (CarRacing: the share of its wheels touching no road tile); the off-road reward term is made
+      from it (`off_road_penalty_per_action`, replay/experience.py);
+    - `render_full_view(game) -> (H, W, 3) uint8`: the game's full view now, in RGB, as a person would
+      see it (videos), rendered without changing the race;
+    - `full_view_size`: (width, height) of that view.
+    """
+
+    name: str
+    ms_per_physics_step: int
+    make_float_layout: Callable[[Any], FloatLayout]
+    make_game_instance: Callable[..., GameInstance]
+    distance_to_current_zone_center: Callable[[FloatLayout, np.ndarray], np.ndarray]
+    off_road_fraction: Callable[[FloatLayout, np.ndarray], np.ndarray]
+    render_full_view: Callable[[GameInstance], np.ndarray]
+    full_view_size: tuple[int, int]
+
+    @property
+    def full_view_aspect(self) -> float:
+        """Width / height of the full view."""
+        width, height = self.full_view_size
+        return width / height

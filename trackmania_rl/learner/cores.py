@@ -10,6 +10,7 @@ and its core would idle while the learner catches up: the learner takes it until
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -35,13 +36,15 @@ def auto_collectors(device: torch.device, cores: int, other_games_here: int, oth
 class LearnerThreads:
     """`update(idle_games)` sets torch's thread count to the cores left by the games that play now; the change is
     made only when the count changes (torch.set_num_threads costs under a microsecond). `take_mean_threads`
-    gives the time-weighted mean since its previous call, for the aggregate log."""
+    gives the time-weighted mean since its previous call, for the aggregate log (`clock`: seconds, tests give their
+    own)."""
 
-    def __init__(self, cores: int, games_here: int):
+    def __init__(self, cores: int, games_here: int, clock: Callable[[], float] = time.perf_counter):
         self.cores = max(1, int(cores))
         self.games_here = max(0, int(games_here))
+        self.clock = clock
         self.current = 0
-        self._since = time.perf_counter()
+        self._since = clock()
         self._thread_seconds = 0.0
         self._seconds = 0.0
         self.update(0)
@@ -59,7 +62,7 @@ class LearnerThreads:
         return threads
 
     def _account(self) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         if self.current:
             self._thread_seconds += self.current * (now - self._since)
             self._seconds += now - self._since

@@ -2,7 +2,10 @@
 
 Every `held_out_eval_period_s` of the run's training time, the learner plays one greedy race on each track of
 `held_out_seeds` (tracks the map cycle never stores; all below 50,000, while final test tracks are 500,000 and
-up) with its online weights of that moment, in its own process: the time counts inside the run. The summary
+up) with its online weights of that moment, in its own process: the time counts inside the run. The races end by
+the training rules (HELD_OUT_RULES: the finish line, the config's overall and no-progress cut-offs; games/base.py),
+not by CarRacing-v3's native episode rules that scripts/evaluate.py uses by default, so that the curve measures the
+races the agent trains on and stays comparable across runs; every record says so. The summary
 (mean and spread of the native score, finished share, tile coverage) goes to TensorBoard (`held_out/...`), to
 `save/<run>/held_out.jsonl` (one line per evaluation, with the minute), and to the run's counters. When the mean
 beats the best so far, the evaluated weights become the best model folder `save/<run>/best/` (weights, the
@@ -21,13 +24,14 @@ import torch
 
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config.values import settings_json
-from trackmania_rl.evaluation.evaluate import GreedyPolicy, evaluate_seeds, summarise
 from trackmania_rl.games import make_game_instance
-from trackmania_rl.games.base import GameCrashed
+from trackmania_rl.games.base import RULES_TRAINING, GameCrashed
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.checkpoint import BEST, BEST_JSON, SETTINGS, WEIGHTS_ONLINE
+from trackmania_rl.rollouts.greedy import GreedyPolicy, evaluate_seeds, summarise
 
 HELD_OUT_LOG = "held_out.jsonl"
+HELD_OUT_RULES = RULES_TRAINING  # how its races end (see the module docstring)
 
 
 def minute_folder(minute: float) -> str:
@@ -62,7 +66,7 @@ class HeldOutEvaluation:
         records = []
         try:
             if self.game is None:
-                self.game = make_game_instance(cfg, self.game_backend)
+                self.game = make_game_instance(cfg, self.game_backend, HELD_OUT_RULES)
             for record in evaluate_seeds(self.game, GreedyPolicy(cfg, network, learner.layout), cfg.held_out_seeds):
                 records.append(record)
                 if stop_requested():
@@ -80,6 +84,7 @@ class HeldOutEvaluation:
             "batches_done": learner.stats.batches_done,
             "policy_version": learner.stats.policy_version,
             "eval_seconds": round(time.perf_counter() - start, 2),
+            "rules": summary["rules"],
             **{k: summary[k] for k in ("races", "finished_fraction", "mean_native_score", "std_native_score", "mean_tile_coverage")},
             "seeds": summary["seeds"],
         }
@@ -92,7 +97,8 @@ class HeldOutEvaluation:
         best = learner.stats.held_out_best_score
         self.log(
             f"held-out evaluation at minute {minute:.1f}: mean native score {summary['mean_native_score']:.1f} "
-            f"± {summary['std_native_score']:.1f} on {summary['races']} tracks, {100 * summary['finished_fraction']:.0f} % finished "
+            f"± {summary['std_native_score']:.1f} on {summary['races']} tracks by the {summary['rules']} rules, "
+            f"{100 * summary['finished_fraction']:.0f} % finished "
             f"({entry['eval_seconds']:.0f} s; best so far {'-' if best is None else f'{best:.1f}'})"
         )
         if best is None or summary["mean_native_score"] > best:
@@ -140,7 +146,9 @@ class HeldOutEvaluation:
     def _save_best(self, learner, network, entry: dict, previous: float | None) -> None:
         record = {
             "score": entry["mean_native_score"],
-            "metric": f"mean native score of greedy races on the held-out tracks {entry['seeds'][0]}..{entry['seeds'][-1]}",
+            "metric": f"mean native score of greedy races on the held-out tracks {entry['seeds'][0]}..{entry['seeds'][-1]}, "
+            f"ended by the {entry['rules']} rules",
+            "rules": entry["rules"],
             "previous_score": previous,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **{k: entry[k] for k in ("minute", "frames_played", "batches_done", "policy_version", "std_native_score", "finished_fraction")},

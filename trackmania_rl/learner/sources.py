@@ -98,7 +98,7 @@ def build_sources(context: SourceContext, collectors_count: int) -> RolloutSourc
             from trackmania_rl.rollouts.http.source import make_http_source
         except ImportError as e:
             raise _missing_extra("http", e) from None
-        sources.append(make_http_source(context))
+        sources.append(make_http_source(context, http_listen(options, cfg)))
     if not sources:
         raise ConfigError("no rollout source: collectors_count is 0 and neither ray_address (--ray) nor http_listen (--listen) is set")
     return sources[0] if len(sources) == 1 else CombinedSources(sources)

@@ -1,13 +1,16 @@
 """Bad input, property-based (hypothesis), against one real server on 127.0.0.1: malformed msgpack, wrong
 dtypes and shapes, NaN, oversized arrays, negative or future versions, unknown client ids, replayed and
 truncated bodies, random JSON to the control routes. Each is answered 4xx, nothing is stored, the server
-stays alive (it answers /v1/status), and the counters of refused races add up."""
+stays alive (it answers /v1/status), and the counters of refused races add up: each refusal adds exactly one to the
+counter of its reason (its status code's) in /v1/status and nothing to the races received, and over the module the
+counters sum to the refusals made."""
 
 from __future__ import annotations
 
 import copy
 import json
 import urllib.parse
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -36,6 +39,8 @@ ARRAY_FIELDS = (
     "input_w",
     "policy_version",
 )
+# the refusal counter (/v1/status races_dropped) each status code of POST /v1/rollouts counts under
+REASON_OF_STATUS = {400: "bad_request", 404: "unknown_client", 409: "repeated", 413: "too_large", 422: "invalid", 429: "queue_full"}
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +51,7 @@ def server(tmp_path_factory):
     served.http = http
     # one valid race as unpacked msgpack: the seed every mutation starts from
     served.valid = msgpack.unpackb(served.body(served.cid, seq=0), raw=False)
+    served.refusals_made = Counter()  # by reason, as the tests expect them counted
     yield served
     served.source.stop()
 
@@ -61,10 +67,37 @@ def post(server, body: bytes) -> int:
         return 413
 
 
+def counters(server) -> tuple[dict, int]:
+    """(refusals by reason, races received) as /v1/status gives them."""
+    status, answer = server.http.json("GET", "/v1/status")
+    assert status == 200
+    return answer["races_dropped"], answer["races_received"]
+
+
 def assert_refused_and_alive(server, status: int) -> None:
     assert 400 <= status < 500, status
     assert server.drain() == [], "a refused race was stored"
-    assert server.http.json("GET", "/v1/status")[0] == 200
+    counters(server)  # alive: it answers /v1/status
+
+
+def post_refused(server, body: bytes) -> int:
+    """POST a race that must be refused: 4xx, nothing stored, the server alive, and one more refusal counted under
+    the reason of its status code, nothing else."""
+    dropped_before, received_before = counters(server)
+    status = post(server, body)
+    assert_refused_and_alive(server, status)
+    count_one_refusal(server, REASON_OF_STATUS[status], dropped_before)
+    assert counters(server)[1] == received_before
+    return status
+
+
+def count_one_refusal(server, reason: str | None, dropped_before: dict) -> None:
+    """Since `dropped_before`, exactly one refusal was counted, under `reason` (None: none was)."""
+    dropped_after, _ = counters(server)
+    changed = {r: dropped_after[r] - dropped_before[r] for r in dropped_after if dropped_after[r] != dropped_before[r]}
+    assert changed == ({reason: 1} if reason else {}), (reason, changed)
+    if reason:
+        server.refusals_made[reason] += 1
 
 
 def fresh(server) -> dict:
@@ -77,16 +110,14 @@ def fresh(server) -> dict:
 @FUZZ
 @given(data=st.binary(max_size=2_000))
 def test_random_bytes(server, data):
-    assert_refused_and_alive(server, post(server, data))
+    post_refused(server, data)
 
 
 @FUZZ
 @given(cut=st.integers(min_value=0, max_value=10_000_000))
 def test_truncated_bodies(server, cut):
     body = msgpack.packb(fresh(server), use_bin_type=True)
-    status = post(server, body[: cut % len(body)])
-    assert status == 400
-    assert_refused_and_alive(server, status)
+    assert post_refused(server, body[: cut % len(body)]) == 400
 
 
 @FUZZ
@@ -105,10 +136,9 @@ def test_wrong_dtypes(server, field, dtype):
     count = int(np.prod(array["shape"]))
     array["dtype"], array["data"] = dtype, b"\x01" * (count * itemsize)
     packed = msgpack.packb(body, use_bin_type=True)
-    status = post(server, packed)
+    status = post_refused(server, packed)
     # frames of 16-byte elements can outgrow the body cap: then refused for their size, before any decoding
     assert status == (413 if len(packed) > server.source.race_body_cap() else 422)
-    assert_refused_and_alive(server, status)
 
 
 @FUZZ
@@ -120,7 +150,7 @@ def test_wrong_shapes(server, field, shape):
         return
     itemsize = np.dtype(array["dtype"]).itemsize
     array["shape"], array["data"] = shape, b"\x00" * (int(np.prod(shape)) * itemsize)
-    assert_refused_and_alive(server, post(server, msgpack.packb(body, use_bin_type=True)))
+    post_refused(server, msgpack.packb(body, use_bin_type=True))
 
 
 @FUZZ
@@ -135,9 +165,7 @@ def test_nan_and_inf(server, field, value, where):
     values = np.frombuffer(array["data"], dtype=array["dtype"]).copy()
     values[where % values.size] = value
     array["data"] = values.tobytes()
-    status = post(server, msgpack.packb(body, use_bin_type=True))
-    assert status == 422
-    assert_refused_and_alive(server, status)
+    assert post_refused(server, msgpack.packb(body, use_bin_type=True)) == 422
 
 
 @FUZZ
@@ -150,9 +178,7 @@ def test_oversized_arrays(server, steps):
         per_step = int(np.prod(array["shape"][1:])) * np.dtype(array["dtype"]).itemsize
         array["shape"] = [steps, *array["shape"][1:]]
         array["data"] = b"\x00" * (steps * per_step)
-    status = post(server, msgpack.packb(body, use_bin_type=True))
-    assert status in (413, 422)
-    assert_refused_and_alive(server, status)
+    assert post_refused(server, msgpack.packb(body, use_bin_type=True)) in (413, 422)
 
 
 @FUZZ
@@ -163,9 +189,7 @@ def test_negative_or_future_versions(server, version):
     values = np.frombuffer(array["data"], dtype=array["dtype"]).copy()
     values[-1] = version
     array["data"] = values.tobytes()
-    status = post(server, msgpack.packb(body, use_bin_type=True))
-    assert status == 422
-    assert_refused_and_alive(server, status)
+    assert post_refused(server, msgpack.packb(body, use_bin_type=True)) == 422
 
 
 @FUZZ
@@ -173,17 +197,18 @@ def test_negative_or_future_versions(server, version):
 def test_unknown_client_ids(server, client_id):
     body = fresh(server)
     body["client_id"] = client_id
-    status = post(server, msgpack.packb(body, use_bin_type=True))
+    status = post_refused(server, msgpack.packb(body, use_bin_type=True))
     assert status == 404 or (status == 422 and not client_id)
-    assert_refused_and_alive(server, status)
 
 
 def test_replayed_body(server):
     body = fresh(server)
     packed = msgpack.packb(body, use_bin_type=True)
+    dropped_before, received_before = counters(server)
     assert post(server, packed) == 202
     assert len(server.drain()) == 1
-    assert_refused_and_alive(server, post(server, packed))
+    assert counters(server) == (dropped_before, received_before + 1)  # accepted: received, nothing refused
+    assert post_refused(server, packed) == 409  # counted as "repeated"
 
 
 json_values = st.recursive(
@@ -204,10 +229,13 @@ json_values = st.recursive(
 )
 def test_control_routes_with_random_json(server, path, payload):
     before = server.source.clients.counts(1e9)[0]
+    dropped_before, _ = counters(server)
     status, _ = server.http.request("POST", path, json.dumps(payload).encode(), "application/json")
     assert 400 <= status < 500
     assert server.source.clients.counts(1e9)[0] == before  # nobody registered, nobody removed
     assert_refused_and_alive(server, status)
+    # an unknown client id is a refusal the counters keep; a malformed request to a control route is not a race
+    count_one_refusal(server, "unknown_client" if status == 404 else None, dropped_before)
 
 
 @FUZZ
@@ -216,3 +244,10 @@ def test_policy_with_odd_versions(server, value):
     status, _ = server.http.request("GET", f"/v1/policy?have={urllib.parse.quote(value)}")
     assert status in (200, 304, 422)
     assert server.http.json("GET", "/v1/status")[0] == 200
+
+
+def test_the_refusal_counters_add_up_over_the_module(server):
+    """Runs last: every refusal the tests above made is in /v1/status, under its reason, and nothing else is."""
+    assert sum(server.refusals_made.values()) > 0
+    dropped, _ = counters(server)
+    assert {reason: count for reason, count in dropped.items() if count} == dict(server.refusals_made)

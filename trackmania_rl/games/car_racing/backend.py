@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from trackmania_rl.games.backend import GameBackend
+from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP
+from trackmania_rl.games.base import RULES_TRAINING, GameBackend
 from trackmania_rl.games.car_racing import floats as car_floats
-from trackmania_rl.games.registry import MS_PER_PHYSICS_STEP
 
 # gymnasium's car_racing VIDEO_W x VIDEO_H, the size of its "rgb_array" render (a constant here, so that
 # describing the backend does not import gymnasium; tests/games/test_backend.py checks it)
 FULL_VIEW_SIZE = (600, 400)
 
 
-def make_game_instance(cfg):
-    """A CarRacingGameInstance (imports the game)."""
+def make_game_instance(cfg, rules: str = RULES_TRAINING):
+    """A CarRacingGameInstance whose races end by `rules` (imports the game)."""
     from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 
-    return CarRacingGameInstance(cfg)
+    return CarRacingGameInstance(cfg, rules)
 
 
 def render_full_view(game) -> np.ndarray:

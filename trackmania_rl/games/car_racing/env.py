@@ -6,12 +6,20 @@ from __future__ import annotations
 import math
 import numbers
 
+import gymnasium
 import numpy as np
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
+NATIVE_ENV_ID = "CarRacing-v3"  # the registered environment whose episode rules are CarRacing's native rules
 VIEW_FRACTION = (35, 40)
 MAX_FRAME_W = gym_car_racing.WINDOW_W  # the window it draws into: larger frames would be upscaled blur
 MAX_FRAME_H = gym_car_racing.WINDOW_H * VIEW_FRACTION[0] // VIEW_FRACTION[1]
+
+
+def native_step_limit() -> int:
+    """How many steps (physics steps: one per `step()`) an episode of Gymnasium's registered CarRacing-v3 may
+    last before its TimeLimit truncates it (`max_episode_steps`, 1000 in gymnasium 1.4.0), read from the registry."""
+    return int(gymnasium.spec(NATIVE_ENV_ID).max_episode_steps)
 
 
 def frame_render_size(H_downsized: int, W_downsized: int) -> tuple[int, int]:

@@ -26,10 +26,14 @@ import cv2
 import numpy as np
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
+from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP
 from trackmania_rl.games.base import (
+    RACE_RULES,
     ROAD_TILES_TOUCHED,
     ROLLOUT_ACTION_KEYS,
     ROLLOUT_STATE_KEYS,
+    RULES_NATIVE,
+    RULES_TRAINING,
     ExplorationPolicy,
     GameCrashed,
     GameInstance,
@@ -37,8 +41,7 @@ from trackmania_rl.games.base import (
 )
 from trackmania_rl.games.car_racing import floats as car_floats
 from trackmania_rl.games.car_racing.actions import action_tables
-from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size, track_centerline
-from trackmania_rl.games.registry import MS_PER_PHYSICS_STEP
+from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size, native_step_limit, track_centerline
 from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker, make_zone_centers
 
 MS_PER_STEP = MS_PER_PHYSICS_STEP["carracing"]  # Box2D runs at 50 steps per game second
@@ -49,6 +52,7 @@ ZONE_CENTERS_CACHE_SIZE = 256  # seeds; ~7 KB each
 
 END_FINISHED = "finished"
 END_LEFT_PLAYFIELD = "left_playfield"
+END_TIME_LIMIT = "time_limit"  # native rules: Gymnasium's TimeLimit truncated the episode
 
 
 class _GameFailure(Exception):
@@ -116,6 +120,8 @@ class CarRacingGameInstance(GameInstance):
     `rollout(exploration_policy, map, zone_centers, update_network)` plays the race of `map`
     (a MapSpec; the seed picks the track) from a fresh reset and returns (rollout_results, end_race_stats).
 
+    `rules` (games/base.py) decides how a race ends. "training" (the collectors', the held-out evaluation's):
+
     Time: the state after reset is race time 0; each decision holds its action for
     `physics_steps_per_action` physics steps of 20 ms (`cfg.ms_per_action`). At each decision point the
     race first checks its cutoffs (overall duration, no new furthest zone), then builds the floats,
@@ -125,6 +131,14 @@ class CarRacingGameInstance(GameInstance):
     ends the race as a cutoff. The race is finished when the car crosses the finish line, the line
     through the start point perpendicular to the track, after one lap along the centerline (Gymnasium's
     own lap flag is not used).
+
+    "native" (scripts/evaluate.py's default): the race ends exactly when an episode of Gymnasium's registered
+    CarRacing-v3 would, and nothing else ends it: when CarRacing terminates it (its lap flag, which in practice
+    means every road tile touched: end_reason "finished"; or the car off the playfield: "left_playfield") or when
+    its TimeLimit truncates it (`max_episode_steps` physics steps, 1000 = 20 s: "time_limit"), possibly in the
+    middle of an action; no cut-off is checked. Crossing the finish line starts the next lap: the zones, the
+    floats' centers ahead and the distance to the finish describe it as they did the first. `race_finished` is
+    CarRacing's lap flag, `race_time` the time it came; the split times are those of the first lap.
 
     rollout_results, with A = number of decisions and F = A + 1 if the race finished, else F = A:
     - state lists, F entries: `frames` (np.uint8 (1, H_downsized, W_downsized)), `state_float`
@@ -145,7 +159,7 @@ class CarRacingGameInstance(GameInstance):
     like Linesight), `race_time_for_ratio` (game ms actually played), `cp_time_ms` (split times: 0, then
     the times the car first passed 1/4, 2/4 and 3/4 of the lap and the finish), `value_starting_frame`,
     `q_value_<i>_starting_frame`, `native_score` (the Gymnasium reward summed over the race),
-    `end_reason` ("finished", "left_playfield", "overall", "no_progress"), `left_playfield`,
+    `end_reason` ("finished", "left_playfield", and "overall", "no_progress" (training) or "time_limit" (native)), `left_playfield`,
     `tiles_visited_fraction`, `progress_fraction` (furthest progress / lap length), `n_actions`, and the
     collector-loop timings `instrumentation__<stage>` in ns per action for the stages reset, physics,
     render, convert_frame, exploration_policy, update_network and bookkeeping (everything else: floats,
@@ -156,7 +170,13 @@ class CarRacingGameInstance(GameInstance):
     the env is rebuilt and GameCrashed is raised (the collector drops the race; the next one works).
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, rules: str = RULES_TRAINING, clock: Callable[[], int] = time.perf_counter_ns):
+        """`clock`: nanoseconds for the timings of end_race_stats (tests give a clock of their own)."""
+        if rules not in RACE_RULES:
+            raise ValueError(f"race rules {rules!r}: expected one of {list(RACE_RULES)}")
+        self.rules = rules
+        self.clock = clock
+        self._native_step_limit = native_step_limit()
         if cfg.game_backend != "carracing" or cfg.ms_per_action != cfg.physics_steps_per_action * MS_PER_STEP:
             raise ValueError(
                 f"CarRacingGameInstance needs a config built for the 'carracing' backend, got {cfg.game_backend!r} "
@@ -224,14 +244,16 @@ class CarRacingGameInstance(GameInstance):
         except Exception as e:
             raise _GameFailure() from e
 
-    def _physics_step(self, control: np.ndarray) -> tuple[float, bool]:
-        """One CarRacing step (physics + native reward, no render): (native reward, left the playfield)."""
+    def _physics_step(self, control: np.ndarray) -> tuple[float, str | None]:
+        """One CarRacing step (physics + native reward, no render): (native reward, how CarRacing terminated the
+        episode at this step: END_FINISHED for its lap flag, END_LEFT_PLAYFIELD, or None)."""
         try:
             _, reward, terminated, _, info = self.env.step(control)
         except Exception as e:
             raise _GameFailure() from e
-        # terminated also fires when every tile was visited (Gymnasium's lap rule): not ours
-        return reward, terminated and info.get("lap_finished") is False
+        if not terminated:
+            return reward, None
+        return reward, END_FINISHED if info.get("lap_finished") else END_LEFT_PLAYFIELD
 
     def _render(self) -> np.ndarray:
         try:
@@ -373,32 +395,33 @@ class CarRacingGameInstance(GameInstance):
 
     def _play(self, exploration_policy, map_spec: MapSpec, geometry: ZoneGeometry, update_network) -> tuple[dict, dict]:
         """One race: its start, then decision steps, each followed by its action held for its physics
-        steps (zones, furthest progress and split times tracked after each step), until a cutoff, the
-        finish or leaving the playfield; then its rollout_results and end_race_stats.
+        steps (zones, furthest progress and split times tracked after each step), until the race ends by the
+        instance's rules (see the class docstring); then its rollout_results and end_race_stats.
 
         The physics loop runs here on local variables: it is the innermost loop of a collector."""
         race = self._start_race(map_spec, geometry)
         cfg = self.cfg
-        clock = time.perf_counter_ns
+        clock = self.clock
         timings, tracker, hull = race.timings, race.tracker, race.hull
         split_distances, cp_time_ms = race.split_distances, race.cp_time_ms
         overall_cutoff = cfg.cutoff_rollout_if_race_not_finished_within_duration_ms
         no_progress_cutoff = cfg.cutoff_rollout_if_no_vcp_passed_within_duration_ms
         steps_per_action = cfg.physics_steps_per_action
+        native, step_limit = self.rules == RULES_NATIVE, self._native_step_limit
         physics_steps = 0
         native_score = 0.0
         furthest_progress = tracker.progress
-        left_playfield = False
         end_reason = None
 
-        while True:
-            end_reason = tracker.cutoff_reason(physics_steps * MS_PER_STEP, overall_cutoff, no_progress_cutoff)
-            if end_reason is not None:
-                break
+        while end_reason is None:
+            if not native:
+                end_reason = tracker.cutoff_reason(physics_steps * MS_PER_STEP, overall_cutoff, no_progress_cutoff)
+                if end_reason is not None:
+                    break
             control = self.controls[self._decide(race, exploration_policy, update_network)]
             for _ in range(steps_per_action):
                 t0 = clock()
-                reward, left_playfield = self._physics_step(control)
+                reward, game_end = self._physics_step(control)
                 timings["physics"] += clock() - t0
                 native_score += reward
                 physics_steps += 1
@@ -407,26 +430,33 @@ class CarRacingGameInstance(GameInstance):
                     furthest_progress = progress
                     while len(cp_time_ms) <= len(split_distances) and progress >= split_distances[len(cp_time_ms) - 1]:
                         cp_time_ms.append(physics_steps * MS_PER_STEP)
-                if tracker.finished or left_playfield:
+                if native:
+                    if tracker.finished:  # the next lap, described as the first was (the line is the start)
+                        tracker = race.tracker = ZoneTracker(geometry, self.max_distance_to_zone_center(), physics_steps * MS_PER_STEP)
+                    if game_end is None and physics_steps >= step_limit:
+                        game_end = END_TIME_LIMIT
+                    if game_end is not None:
+                        end_reason = game_end
+                        break
+                elif tracker.finished:  # the training rules: our finish line, and leaving the playfield
+                    end_reason = END_FINISHED
                     break
-            if tracker.finished:
-                end_reason = END_FINISHED
-                self._append_finish_pseudo_step(race.results, geometry, race.previous_actions, timings)
-                break
-            if left_playfield:
-                end_reason = END_LEFT_PLAYFIELD
-                break
+                elif game_end == END_LEFT_PLAYFIELD:
+                    end_reason = END_LEFT_PLAYFIELD
+                    break
+        if end_reason == END_FINISHED:
+            self._append_finish_pseudo_step(race.results, geometry, race.previous_actions, timings)
 
         race.physics_steps = physics_steps
         race.native_score = native_score
         race.furthest_progress = furthest_progress
-        race.left_playfield = left_playfield
+        race.left_playfield = end_reason == END_LEFT_PLAYFIELD
         return self._end_race(race, map_spec, end_reason)
 
     def _start_race(self, map_spec: MapSpec, geometry: ZoneGeometry) -> _Race:
         """Reset the game on the map's track (timed), check that the zone centers are this track's, and
         set up the race's state. The race's wall time counts from here."""
-        clock = time.perf_counter_ns
+        clock = self.clock
         timings = dict.fromkeys(("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network"), 0)
         t_start = clock()
         self._reset(int(map_spec.seed))
@@ -444,7 +474,7 @@ class CarRacingGameInstance(GameInstance):
     def _decide(self, race: _Race, exploration_policy, update_network) -> int:
         """One decision at the current state: its floats, the network update when due, the frame, the
         policy's decision (each timed); the state and the decision are recorded. Returns the action."""
-        clock = time.perf_counter_ns
+        clock = self.clock
         timings, results, tracker = race.timings, race.results, race.tracker
         # the floats before the render: they read only the car's state, which the render leaves as it
         # is, and before the render the CPU caches still hold it (~170 -> ~50 us per action); the
@@ -505,7 +535,7 @@ class CarRacingGameInstance(GameInstance):
         played_ms = race.physics_steps * MS_PER_STEP
         n_actions = len(race.results["actions"])
         timings = race.timings
-        total_ns = time.perf_counter_ns() - race.t_start
+        total_ns = self.clock() - race.t_start
         timings["bookkeeping"] = total_ns - sum(timings.values())
         stats = race.stats
         stats.update(
@@ -526,7 +556,7 @@ class CarRacingGameInstance(GameInstance):
 
     def _append_finish_pseudo_step(self, results: dict, geometry: ZoneGeometry, previous_actions, timings: dict) -> None:
         """The state at the finish: real frame and floats, zone = first past the finish, progress = finish."""
-        clock = time.perf_counter_ns
+        clock = self.clock
         t0 = clock()
         rgb = self._render()
         t1 = clock()

@@ -325,13 +325,11 @@ def exposure_warning(host: str) -> str | None:
     )
 
 
-def make_http_source(context) -> HttpSource:
-    """The run's HTTP source: its token (created, kept or replaced), its socket bound to exactly the address
-    configured. ConfigError for an address that cannot be served."""
-    from trackmania_rl.learner.sources import http_listen  # the learner's module: imported here, not at load
-
+def make_http_source(context, listen: str) -> HttpSource:
+    """The run's HTTP source: its token (created, kept or replaced), its socket bound to exactly `listen`
+    (HOST:PORT, the address the learner resolved from --listen or http_listen). ConfigError for an address that
+    cannot be served."""
     cfg = context.live.current
-    listen = http_listen(context.options, cfg)
     try:
         host, port = parse_listen(listen)
     except ValueError as e:

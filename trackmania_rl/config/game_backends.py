@@ -1,0 +1,11 @@
+"""The game backends' names and physics steps: the one piece of game knowledge a config needs.
+
+Constants only, no imports: the config derives `ms_per_action` from them, and loading a config must not start
+numpy, gymnasium or Box2D. They sit here, in the ground every layer uses, so that the config never imports the
+games (a layer above it); everything else about a backend is its description in games/backend.py.
+"""
+
+# Game time per physics step of every known backend, implemented or not (CarRacing: Box2D at 50 steps
+# per game second; Trackmania: 100 Hz). The config derives `ms_per_action` from it.
+MS_PER_PHYSICS_STEP = {"carracing": 20, "trackmania": 10}
+DEFAULT_GAME_BACKEND = "carracing"  # the built-in game, and the only backend implemented so far

@@ -1,0 +1,133 @@
+"""Greedy races of a network: what the held-out evaluation during training (learner/held_out.py) and the
+evaluation scripts (evaluation/evaluate.py) both play.
+
+- `GreedyPolicy(cfg, network, layout)`: the network in eval mode behind a greedy `Inferer`, on the CPU;
+- `play_race(game, policy, seed)`: one race on MapSpec("eval", seed, is_explo=False, fill_buffer=False), returned
+  as a plain, JSON-ready record that names the rules the game ended it by (games/base.py RACE_RULES);
+- `evaluate_seeds` plays several, `summarise` sums them up.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+
+from trackmania_rl.agents.acting import make_inference_network
+from trackmania_rl.agents.exploration import Inferer
+from trackmania_rl.games.base import GameCrashed, MapSpec
+
+EVAL_MAP_NAME = "eval"
+
+
+class GreedyPolicy:
+    """The network in eval mode behind a greedy Inferer: `policy(frame, state_float)` ->
+    (action, True, value, q_values), deterministic for given inputs. Runs on the CPU and decides as a
+    collector does, through the inference network's acting program (agents/acting.py). `paths`: where the
+    weights came from, for messages (evaluation/evaluate.py CheckpointPaths), or None."""
+
+    def __init__(self, cfg, network: torch.nn.Module, layout, paths=None):
+        self.cfg = cfg
+        self.layout = layout
+        self.n_actions = len(cfg.inputs)
+        self.network = network.eval()
+        for p in self.network.parameters():
+            p.requires_grad_(False)
+        acting = make_inference_network(cfg, layout, self.n_actions, jit=False, device="cpu")
+        acting.load_state_dict_from(self.network)
+        self.inferer = Inferer(acting, cfg, self.n_actions, device="cpu", is_explo=False)
+        self.inferer.set_exploration(0.0, 0.0)
+        self.paths = paths
+
+    def __call__(self, frame: np.ndarray, state_float: np.ndarray):
+        return self.inferer.get_exploration_action(frame, state_float)
+
+
+# observer(step, frame, state_float, decision): called after every decision, with the game at the state
+# the network saw (watch.py reads the game's view from the env at that moment)
+Observer = Callable[[int, np.ndarray, np.ndarray, tuple], None]
+
+
+def eval_map_spec(seed: int) -> MapSpec:
+    return MapSpec(name=EVAL_MAP_NAME, seed=int(seed), is_explo=False, fill_buffer=False)
+
+
+def race_record(seed: int, end_race_stats: dict, rules: str) -> dict:
+    """One race as a JSON-ready dict; `rules`: those the game ended it by (its `rules`)."""
+    finished = bool(end_race_stats["race_finished"])
+    return {
+        "kind": "race",
+        "seed": int(seed),
+        "rules": rules,
+        "finished": finished,
+        "race_time_s": end_race_stats["race_time"] / 1000 if finished else None,
+        "native_score": float(end_race_stats["native_score"]),
+        "progress_fraction": float(end_race_stats["progress_fraction"]),
+        # share of the road tiles the car touched (CarRacing's native score pays them); None for other games
+        "tile_coverage": float(end_race_stats["tiles_visited_fraction"]) if "tiles_visited_fraction" in end_race_stats else None,
+        "end_reason": end_race_stats["end_reason"],
+        "n_actions": int(end_race_stats["n_actions"]),
+        "game_time_s": end_race_stats["race_time_for_ratio"] / 1000,
+    }
+
+
+def play_race(game, policy: GreedyPolicy, seed: int, observer: Observer | None = None) -> dict:
+    """One greedy race on track `seed`: its record (see race_record). Raises GameCrashed if the game failed."""
+    spec = eval_map_spec(seed)
+    zone_centers = game.zone_centers_for(spec)
+    if observer is None:
+        acting = policy
+    else:
+        step = [0]
+
+        def acting(frame, state_float):
+            decision = policy(frame, state_float)
+            observer(step[0], frame, state_float, decision)
+            step[0] += 1
+            return decision
+
+    _, end_race_stats = game.rollout(acting, spec, zone_centers, lambda: None)
+    return race_record(seed, end_race_stats, game.rules)
+
+
+def evaluate_seeds(game, policy: GreedyPolicy, seeds: Iterable[int], retries: int = 1) -> Iterator[dict]:
+    """Play each seed in turn and yield its record. A race whose game crashed is replayed (the game
+    rebuilds itself; races are deterministic) up to `retries` times, then GameCrashed propagates."""
+    for seed in seeds:
+        for attempt in range(retries + 1):
+            try:
+                record = play_race(game, policy, seed)
+                break
+            except GameCrashed as e:
+                if attempt == retries:
+                    raise
+                print(f"race on seed {seed} crashed, replaying it: {e}", file=sys.stderr)
+        yield record
+
+
+def summarise(records: list[dict]) -> dict:
+    """The summary of race records: the rules they were played by, counts, finished fraction, mean and standard
+    deviation of the native score, mean progress and tile coverage, and the mean race time of the finished races
+    (None when none finished). ValueError for races played by different rules: their scores do not add up."""
+    records = list(records)
+    n = len(records)
+    rules = {r.get("rules") for r in records}
+    if len(rules) > 1:
+        raise ValueError(f"races played by different rules ({sorted(map(str, rules))}) cannot be summed up together")
+    finished = [r for r in records if r["finished"]]
+    coverage = [r["tile_coverage"] for r in records if r.get("tile_coverage") is not None]
+    return {
+        "kind": "summary",
+        "rules": rules.pop() if rules else None,
+        "races": n,
+        "finished": len(finished),
+        "finished_fraction": len(finished) / n if n else None,
+        "mean_native_score": float(np.mean([r["native_score"] for r in records])) if n else None,
+        "std_native_score": float(np.std([r["native_score"] for r in records])) if n else None,
+        "mean_tile_coverage": float(np.mean(coverage)) if coverage else None,
+        "mean_race_time_s": float(np.mean([r["race_time_s"] for r in finished])) if finished else None,
+        "mean_progress_fraction": float(np.mean([r["progress_fraction"] for r in records])) if n else None,
+        "seeds": [r["seed"] for r in records],
+    }
