@@ -48,9 +48,9 @@ OPSET = 20  # ONNX Runtime >= 1.17 runs it (onnxruntime-node 1.30 in clients/js)
 FRAME_INPUT, FLOATS_INPUT, Q_OUTPUT = "frame", "state_float", "q_values"
 BATCH_AXIS = "batch"
 _WEIGHTS_PREFIX = "network."  # ActingNetwork's attribute: initializer names are "network." + state_dict key
-_EXPORT_NEEDS = ("onnx", "onnxscript")  # torch.onnx's exporter
-_RUN_NEEDS = ("onnxruntime",)
-EXTRA_PACKAGES = _EXPORT_NEEDS + _RUN_NEEDS
+EXPORT_PACKAGES = ("onnx", "onnxscript")  # torch.onnx's exporter
+RUN_PACKAGES = ("onnxruntime",)
+EXTRA_PACKAGES = EXPORT_PACKAGES + RUN_PACKAGES
 EXTRA_HINT = 'pip install -e ".[onnx]"'
 
 
@@ -106,7 +106,7 @@ def export_acting_network(network: IQNNetwork, n_quantiles: int) -> bytes:
     """The ONNX model (serialized ModelProto, opset OPSET, weights inside) of `network`'s greedy decision at
     `n_quantiles` midpoint fractions (the config's `iqn_k`). The network is exported on the CPU, in float32,
     unchanged. OnnxUnavailable without the extra."""
-    require(_EXPORT_NEEDS)
+    require(EXPORT_PACKAGES)
     import onnx
 
     source = _cpu_copy(network)  # the caller's network (maybe on a GPU, maybe training) is left alone
@@ -251,7 +251,7 @@ class OnnxPolicy:
     `threads`: its intra-op threads (1: as a collector acts)."""
 
     def __init__(self, model: bytes, threads: int = 1):
-        require(_RUN_NEEDS)
+        require(RUN_PACKAGES)
         import onnxruntime
 
         options = onnxruntime.SessionOptions()

@@ -30,7 +30,7 @@ def available() -> bool:
     """Whether this process can export (the extra's exporter packages are installed; nothing imported)."""
     from trackmania_rl.agents import onnx_export
 
-    return not onnx_export.missing_packages(("onnx", "onnxscript"))
+    return not onnx_export.missing_packages(onnx_export.EXPORT_PACKAGES)
 
 
 class OnnxPolicyCache:
@@ -59,12 +59,14 @@ class OnnxPolicyCache:
             return body
 
     def _model(self, weights_body: bytes) -> bytes:
-        try:
-            from trackmania_rl.agents import onnx_export
+        from trackmania_rl.agents import onnx_export
 
-            onnx_export.require(("onnx", "onnxscript"))
-        except Exception as e:  # OnnxUnavailable, or a broken install
-            raise OnnxUnavailable(f"format=onnx needs the onnx extra on the learner ({e})") from None
+        missing = onnx_export.missing_packages(onnx_export.EXPORT_PACKAGES)
+        if missing:
+            raise OnnxUnavailable(
+                f"format=onnx is not served: the learner lacks the onnx extra ({onnx_export.EXTRA_HINT} where it runs; "
+                f"missing: {', '.join(missing)})"
+            )
         _, arrays = wire.decode_weights(weights_body, max_bin_len=len(weights_body))
         if self._template is not None:
             self.refills += 1
