@@ -68,7 +68,8 @@ async function decideAll() {
   const q = new Float32Array(nDecisions * nActions);
   const actions = new Int32Array(nDecisions);
   for (let i = 0; i < nDecisions; i++) {
-    const decision = await client.decide(frames.subarray(i * frameSize, (i + 1) * frameSize), floats.subarray(i * floatDim, (i + 1) * floatDim));
+    const frame = frames.subarray(i * frameSize, (i + 1) * frameSize);
+    const decision = await client.decide(frame, floats.subarray(i * floatDim, (i + 1) * floatDim));
     q.set(decision.qValues, i * nActions);
     actions[i] = decision.action;
   }

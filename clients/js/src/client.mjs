@@ -65,16 +65,21 @@ export class Client {
   /** A JSON answer: {status, answer}; `paused` is noted from every answer that says it. */
   async requestJson(method, path, json) {
     const { status, body } = await this.request(method, path, { json });
+    return { status, answer: this.noted(body) };
+  }
+
+  /** A JSON answer's body as an object (a plain-text one as {detail}), its `paused` noted. */
+  noted(body) {
     let answer = {};
     if (body.byteLength) {
       try {
         answer = JSON.parse(new TextDecoder().decode(body));
       } catch {
-        answer = { detail: new TextDecoder().decode(body.slice(0, 200)) };
+        answer = { detail: new TextDecoder().decode(body.subarray(0, 200)) };
       }
     }
     if (typeof answer.paused === "boolean") this.paused = answer.paused;
-    return { status, answer };
+    return answer;
   }
 
   async register(name, game) {
@@ -103,7 +108,7 @@ export class Client {
     const have = this.policy ? this.policy.version : -1;
     const { status, body } = await this.request("GET", `/v1/policy?have=${have}&format=onnx`);
     if (status === 304) return { status, version: have };
-    if (status !== 200) throw new ApiError("pull the policy", status, new TextDecoder().decode(body.slice(0, 300)));
+    if (status !== 200) throw new ApiError("pull the policy", status, new TextDecoder().decode(body.subarray(0, 300)));
     const answer = unpack(body);
     if (!(answer?.onnx instanceof Uint8Array) || !Number.isInteger(answer.version) || typeof answer.sidecar !== "object") {
       throw new Error("a policy answer is a map {version, onnx, sidecar}");
@@ -115,6 +120,7 @@ export class Client {
       executionMode: "sequential",
     });
     const [frameInput, floatsInput] = answer.sidecar.inputs;
+    await this.policy?.session.release(); // the previous model's native memory
     this.policy = { version: answer.version, session, sidecar: answer.sidecar, frameInput, floatsInput };
     return { status, version: answer.version };
   }
@@ -157,9 +163,7 @@ export class Client {
   /** POST a body as it is to /v1/rollouts: {status, answer}. */
   async pushBody(body) {
     const { status, body: data } = await this.request("POST", "/v1/rollouts", { msgpack: body });
-    const answer = JSON.parse(new TextDecoder().decode(data) || "{}");
-    if (typeof answer.paused === "boolean") this.paused = answer.paused;
-    return { status, answer };
+    return { status, answer: this.noted(data) };
   }
 
   /** While the last answer said `paused`, poll /v1/status (every `pollMs`) until it does not: start no new race
