@@ -4,25 +4,38 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
 
-def atomic_torch_save(obj, path: str | Path) -> None:
-    """torch.save to a temporary file next to `path`, then rename it over `path` (readers never see half a file)."""
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """`write(file)` into a temporary file next to `path`, then rename it over `path` (readers never see half a
+    file; a failed write leaves the previous file as it was)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def atomic_torch_save(obj, path: str | Path) -> None:
+    """torch.save, atomically (`atomic_write`)."""
+    atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def atomic_write_bytes(data: bytes, path: str | Path) -> None:
+    """`data` into `path`, atomically (`atomic_write`)."""
+    atomic_write(path, lambda f: f.write(data))
 
 
 def safe_torch_load(path: str | Path, map_location="cpu"):

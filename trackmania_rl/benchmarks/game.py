@@ -48,6 +48,7 @@ from trackmania_rl.evaluation.evaluate import EvaluationError, open_policy
 from trackmania_rl.games.base import MapSpec
 from trackmania_rl.games.car_racing.driver import centerline_follower
 from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size
+from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 from trackmania_rl.rollouts.greedy import play_race
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
@@ -322,45 +323,55 @@ def bfloat16_mean_q(network: IQNNetwork, taus: torch.Tensor):
     return q
 
 
+def time_decisions_after_render(cfg, paths: dict, n_seeds: int, actions_per_seed: int, agree: tuple[str, str]) -> dict[str, list[int]]:
+    """ns per decision of each of `paths` (name -> `q(frame, state_float) -> (A,)`), each timed right after a render
+    of its own, as in a rollout: the game drives with random actions on seeds 0..n_seeds-1, and after every action
+    each path renders and decides in turn, in rotated order. The Q values of the two paths named in `agree` are
+    checked equal to float rounding at every decision. Run it with the collector's torch settings."""
+    game = CarRacingGameInstance(cfg)
+    rng = np.random.default_rng(0)
+    state_float = game.float_layout.mean.astype(np.float32)  # the floats do not change the work
+    times = {name: [] for name in paths}
+    names = sorted(paths)
+    first, second = agree
+    try:
+        for seed in range(n_seeds):
+            game.env.reset(seed=seed)
+            for k in range(actions_per_seed):
+                q = {}
+                for name in names[k % len(names) :] + names[: k % len(names)]:
+                    frame = game.convert_frame(game.env.render_state_pixels())
+                    start = time.perf_counter_ns()
+                    q[name] = paths[name](frame, state_float)
+                    times[name].append(time.perf_counter_ns() - start)
+                if not np.allclose(q[first], q[second], rtol=1e-4, atol=1e-5):
+                    raise RuntimeError(f"seed {seed}, action {k}: {first} and {second} disagree")
+                control = game.controls[int(rng.integers(len(game.controls)))]
+                for _ in range(cfg.physics_steps_per_action):
+                    game.env.step(control)
+    finally:
+        game.close()
+    return times
+
+
 def _decision_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
     """`game.decision_us_after_render`: one collector decision (`Inferer.get_exploration_action` through the
     acting program) right after a render, as in a rollout; `..._forward`: the same decision through the
     TorchScript forward at the same fractions (the path before the acting program); `..._forward_bfloat16`:
     through the learning step's bfloat16 mixed precision (`bfloat16_mean_q`). Alternated after every render in
-    rotated order, with the collector's torch settings; all decide on every frame and the float32 paths' Q
-    values are checked equal to float rounding."""
-    game = CarRacingGameInstance(cfg)
-    layout = game.float_layout
-    rng = np.random.default_rng(0)
-    state_float = layout.mean.astype(np.float32)  # the floats do not change the work
-    times = {"acting": [], "forward": [], "forward_bfloat16": []}
-    try:
-        with acting_torch_settings():
-            shared = make_network(cfg, layout, len(cfg.inputs), "cpu")
-            policy = CollectorPolicy(cfg, layout, len(cfg.inputs), SharedNetwork(shared, torch_mp.get_context("spawn")))
-            inferer = policy.inferer
-            paths = {
-                "acting": lambda f, s: inferer.get_exploration_action(f, s)[3],
-                "forward": lambda f, s: inferer.infer_network(f, s).mean(axis=0),
-                "forward_bfloat16": bfloat16_mean_q(inferer.network.module, inferer.taus),
-            }
-            names = sorted(paths)
-            for seed in range(n_seeds):
-                game.env.reset(seed=seed)
-                for k in range(actions_per_seed):
-                    q = {}
-                    for name in names[k % len(names) :] + names[: k % len(names)]:
-                        frame = game.convert_frame(game.env.render_state_pixels())
-                        start = time.perf_counter_ns()
-                        q[name] = paths[name](frame, state_float)
-                        times[name].append(time.perf_counter_ns() - start)
-                    if not np.allclose(q["acting"], q["forward"], rtol=1e-4, atol=1e-5):
-                        raise RuntimeError(f"seed {seed}, action {k}: the acting program and forward disagree")
-                    control = game.controls[int(rng.integers(len(game.controls)))]
-                    for _ in range(cfg.physics_steps_per_action):
-                        game.env.step(control)
-    finally:
-        game.close()
+    rotated order, with the collector's torch settings (`time_decisions_after_render`); all decide on every frame
+    and the float32 paths' Q values are checked equal to float rounding."""
+    layout = make_float_layout(cfg)
+    with acting_torch_settings():
+        shared = make_network(cfg, layout, len(cfg.inputs), "cpu")
+        policy = CollectorPolicy(cfg, layout, len(cfg.inputs), SharedNetwork(shared, torch_mp.get_context("spawn")))
+        inferer = policy.inferer
+        paths = {
+            "acting": lambda f, s: inferer.get_exploration_action(f, s)[3],
+            "forward": lambda f, s: inferer.infer_network(f, s).mean(axis=0),
+            "forward_bfloat16": bfloat16_mean_q(inferer.network.module, inferer.taus),
+        }
+        times = time_decisions_after_render(cfg, paths, n_seeds, actions_per_seed, agree=("acting", "forward"))
     median_us = {name: statistics.median(values) / 1e3 for name, values in times.items()}
     common = {"decisions": len(times["acting"]), "iqn_k": cfg.iqn_k, "threads": 1}
     yield {

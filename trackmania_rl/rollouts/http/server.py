@@ -17,7 +17,8 @@ import threading
 import time
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 
@@ -26,6 +27,7 @@ from trackmania_rl.rollouts.http.token import token_matches
 API_VERSION = 1
 CONTROL_BODY_CAP = 64 * 1024  # register, heartbeat, disconnect: small JSON
 MSGPACK = "application/msgpack"
+POLICY_FORMATS = ("arrays", "onnx")  # GET /v1/policy?format=
 MAX_CONNECTIONS = 64  # uvicorn answers 503 beyond: bodies in flight stay bounded (connections x cap)
 
 
@@ -122,16 +124,27 @@ def build_app(hub, token: str) -> FastAPI:
     @app.get(
         "/v1/policy",
         responses={
-            200: {"content": {MSGPACK: {"schema": {"type": "string", "format": "binary"}}}, "description": "msgpack {version, arrays}"},
+            200: {
+                "content": {MSGPACK: {"schema": {"type": "string", "format": "binary"}}},
+                "description": "msgpack {version, arrays} (format=arrays), or {version, onnx, sidecar} (format=onnx)",
+            },
             304: {"description": "`have` is the current version"},
             401: ERRORS[401],
+            422: {"description": "`have` is not an integer, or `format` is not one of " + ", ".join(POLICY_FORMATS)},
+            501: {"description": "format=onnx: the learner has no onnx extra"},
             503: {"description": "no weights published yet"},
         },
     )
-    async def policy(request: Request, have: int = -1):
-        """The current weights as msgpack named arrays, or 304 when `have` is the current version."""
+    async def policy(request: Request, have: int = -1, policy_format: str = Query("arrays", alias="format")):
+        """The current weights as msgpack named arrays (format=arrays) or as an ONNX model with its sidecar
+        (format=onnx), or 304 when `have` is the current version."""
         authorize(request)
-        version, body = hub.policy_body(have)
+        if policy_format not in POLICY_FORMATS:
+            raise ApiError(422, f"`format` {policy_format[:40]!r} is not served: give one of {', '.join(POLICY_FORMATS)}")
+        if policy_format == "onnx":  # made from the weights when first asked for: off the event loop
+            version, body = await run_in_threadpool(hub.onnx_policy_body, have)
+        else:
+            version, body = hub.policy_body(have)
         headers = {"X-Policy-Version": str(version)}
         if body is None and have == version:
             return Response(status_code=304, headers=headers)

@@ -4,7 +4,8 @@ Races arrive on the server's thread, are decoded and checked there (auth, body c
 shapes against the run's RolloutShape, known client, new sequence number, policy versions, and the contract's
 own validator), and wait in a bounded queue that `get` takes from. The queue is the backpressure: 429 when
 full, `paused` in every answer while it holds more than the off-policy tolerance (or while the learner's
-pacing paused the sources). Weights are encoded once per published version and served by version.
+pacing paused the sources). Weights are encoded once per published version and served by version, as typed
+arrays or, when asked, as an ONNX model made from them (onnx_policy.py: not at publish time).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from trackmania_rl.agents import schedules
 from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.config.values import config_to_values
 from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, validate_envelope
-from trackmania_rl.rollouts.http import wire
+from trackmania_rl.rollouts.http import onnx_policy, wire
 from trackmania_rl.rollouts.http.clients import ClientTable, TooManyClients
 from trackmania_rl.rollouts.http.server import API_VERSION, ApiError, UvicornThread, bind, build_app, is_loopback, parse_listen
 from trackmania_rl.rollouts.http.token import TOKEN_FILE, run_token
@@ -90,6 +91,7 @@ class HttpSource(RolloutSource):
         self._paused_s = 0.0
         self._paused_check = time.monotonic()
         self.weights_served = 0
+        self.onnx = onnx_policy.OnnxPolicyCache(live, layout, game_backend)
         self.server: UvicornThread | None = None
 
     # ------------------------------------------------------------------------------ the source seam
@@ -197,6 +199,7 @@ class HttpSource(RolloutSource):
             "heartbeat_interval_s": cfg.http_heartbeat_interval_s,
             "client_timeout_s": cfg.http_client_timeout_s,
             "update_inference_network_every_n_actions": cfg.update_inference_network_every_n_actions,
+            "policy_formats": ["arrays", onnx_policy.FORMAT] if onnx_policy.available() else ["arrays"],
         }
 
     def register(self, name: str, game: str, protocol_version: int) -> dict:
@@ -227,6 +230,21 @@ class HttpSource(RolloutSource):
             version, body = self._policy
             if body is None or have == version:
                 return version, None
+            self.weights_served += 1
+        return version, body
+
+    def onnx_policy_body(self, have: int) -> tuple[int, bytes | None]:
+        """As `policy_body`, the body being the ONNX answer (onnx_policy.py). Slow when it exports (the first
+        request): call it off the event loop. ApiError 501 when the learner has no onnx extra."""
+        with self._lock:
+            version, weights_body = self._policy
+        if weights_body is None or have == version:
+            return version, None
+        try:
+            body = self.onnx.body(version, weights_body)
+        except onnx_policy.OnnxUnavailable as e:
+            raise ApiError(501, str(e)) from None
+        with self._lock:
             self.weights_served += 1
         return version, body
 
