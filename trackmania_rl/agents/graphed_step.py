@@ -307,7 +307,8 @@ def choose_cuda_graphs(setting: str, cfg, layout, n_actions: int, device: torch.
 
         probe_trainer = trainer_factory()
         batch = random_batch(cfg, layout, n_actions, device)
-        batch.update({k: v.to(device) for k, v in probe_trainer.draw_taus(int(cfg.batch_size)).items()})
+        taus = probe_trainer.draw_taus(int(cfg.batch_size), torch.Generator().manual_seed(0))  # the run's random state untouched
+        batch.update({k: v.to(device) for k, v in taus.items()})
         eager_ms, graph_ms = time_graph_against_eager(trainer_factory, batch, device)
         faster = eager_ms / graph_ms >= MIN_SPEEDUP
         verdict = "graphs are faster" if faster else f"graphs are not {MIN_SPEEDUP}x faster"

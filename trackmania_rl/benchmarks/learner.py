@@ -8,8 +8,12 @@
   field); measured alternately with the line above;
 - `learner.sample_speedup` = baseline / ours (target >= 5);
 - `learner.train_step_ms_bare`: one train step (forward, loss, backward, optimizer step) on a ready batch;
-- `learner.train_step_ms_full`: sample + transform + the same step, from the buffer; alternated with bare;
-- `learner.overhead_ratio` = full / bare (target <= 1.10);
+- `learner.train_step_ms_full`: the same step on the next batch of the learner's batch feed (learner/batches.py:
+  sample + transform in the step's thread on the CPU; prefetched by its thread, in pinned memory, copied on its own
+  stream, on CUDA); alternated with bare;
+- `learner.overhead_ratio` = full / bare (target <= 1.10 on the CPU, <= 1.05 on a GPU);
+- on CUDA, the same three for the step as captured CUDA graphs (`…_graph`), and `learner.cuda_graph_speedup` =
+  bare eager / bare graph (target >= 1.5);
 - `learner.bytes_per_transition`: replay memory held per transition at capacity (preallocated tensors:
   the state ring with its slack, the transition ring, the sampler's tree when prioritized), and
   `learner.bytes_per_transition_ratio` = that / (one frame + its floats) (target <= 1.25);
@@ -38,6 +42,7 @@ from torchrl.data import ListStorage, RandomSampler, ReplayBuffer
 
 from trackmania_rl.agents.acting import make_inference_network
 from trackmania_rl.agents.exploration import Inferer
+from trackmania_rl.agents.graphed_step import GraphedTrainStep, set_capturable
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.precision import MIN_SPEEDUP
 from trackmania_rl.agents.training import Trainer, make_optimizer
@@ -46,6 +51,7 @@ from trackmania_rl.device import choose_device, wait_for_device
 from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
+from trackmania_rl.learner.batches import make_batch_feed
 from trackmania_rl.replay.buffers import TransitionReplayBuffer, make_buffer
 from trackmania_rl.replay.experience import Experience, rollout_to_experience
 from trackmania_rl.replay.mini_race import MiniRaceTransform, draw_mini_race_clock
@@ -221,6 +227,17 @@ def precision_figures(cfg, layout, n_actions: int, buffer, reps: int, device: to
     }
 
 
+def make_trainer(cfg, layout, n_actions: int, device: torch.device, cuda_graphs: bool = False) -> Trainer:
+    """A Trainer on fresh networks of the config (float32), eager or as captured CUDA graphs."""
+    online, target = make_network(cfg, layout, n_actions, device), make_network(cfg, layout, n_actions, device)
+    target.load_state_dict(online.state_dict())
+    trainer = Trainer(online, target, make_optimizer(online, cfg, 1e-4), cfg, device)
+    if cuda_graphs:
+        set_capturable(trainer.optimizer, True)
+        trainer.graphed = GraphedTrainStep(trainer, log=lambda m: None)
+    return trainer
+
+
 def cpu_model() -> str:
     """The CPU's model name (figures differ by CPU: say which one they came from)."""
     try:
@@ -307,28 +324,39 @@ def run(args):
         "unit": "frames",
     }
 
-    # train step: bare (ready tensors) and full (from the buffer), alternated
+    # train step: bare (ready tensors) and full (the learner's batch feed: sampled in the step's thread on the CPU,
+    # prefetched on CUDA), alternated; on CUDA the same for the captured-graph step
     step_common = {**common, "device": device_name(device)}
-    buffer_here = on_device(buffer, cfg, layout, device, seed=8, batch_size=BATCH_SIZE)
-    online, target = make_network(cfg, layout, n_actions, device), make_network(cfg, layout, n_actions, device)
-    target.load_state_dict(online.state_dict())
-    trainer = Trainer(online, target, make_optimizer(online, cfg, 1e-4), cfg, device)
-    ready = buffer_here.sample_batch()
-    for _ in range(2):
-        trainer.train_on_tensors(ready, True), trainer.train_on_batch(buffer_here, True)
-    bare, full = [], []
-    for _ in range(train_reps):
-        bare.append(_timed(lambda: trainer.train_on_tensors(ready, True), device))
-        full.append(_timed(lambda: trainer.train_on_batch(buffer_here, True), device))
-    shape = {"iqn_n": cfg.iqn_n, "use_ddqn": cfg.use_ddqn}
-    yield {"figure": "learner.train_step_ms_bare", "value": _ms(bare), "unit": "ms", **shape, **step_common}
-    yield {"figure": "learner.train_step_ms_full", "value": _ms(full), "unit": "ms", **step_common}
-    yield {
-        "figure": "learner.overhead_ratio",
-        "value": round(statistics.median(full) / statistics.median(bare), 3),
-        "unit": "x",
-        "target": "<= 1.10",
-    }
+    steppers = {"": make_trainer(cfg, layout, n_actions, device)}
+    if device.type == "cuda":
+        steppers["_graph"] = make_trainer(cfg, layout, n_actions, device, cuda_graphs=True)
+    no_test_batches = make_buffer(cfg, layout, 1, batch_size=BATCH_SIZE, rng=np.random.default_rng(9))
+    bare_ms = {}
+    for suffix, trainer in steppers.items():
+        feed = make_batch_feed(buffer, no_test_batches, trainer, device, np.random.default_rng(8), lambda: cfg)
+        try:
+            ready = feed.next()[1]
+            for _ in range(2):
+                trainer.train_on_tensors(ready, True), trainer.train_on_tensors(feed.next()[1], True)
+            bare, full = [], []
+            for _ in range(train_reps):
+                bare.append(_timed(lambda trainer=trainer, ready=ready: trainer.train_on_tensors(ready, True), device))
+                full.append(_timed(lambda trainer=trainer, feed=feed: trainer.train_on_tensors(feed.next()[1], True), device))
+        finally:
+            feed.close()
+        bare_ms[suffix] = statistics.median(bare)
+        shape = {"iqn_n": cfg.iqn_n, "use_ddqn": cfg.use_ddqn}
+        yield {"figure": f"learner.train_step_ms_bare{suffix}", "value": _ms(bare), "unit": "ms", **shape, **step_common}
+        yield {"figure": f"learner.train_step_ms_full{suffix}", "value": _ms(full), "unit": "ms", **step_common}
+        yield {
+            "figure": f"learner.overhead_ratio{suffix}",
+            "value": round(statistics.median(full) / statistics.median(bare), 3),
+            "unit": "x",
+            "target": "<= 1.10 (CPU), <= 1.05 (GPU)",
+        }
+    if "_graph" in bare_ms:
+        speedup = bare_ms[""] / bare_ms["_graph"]
+        yield {"figure": "learner.cuda_graph_speedup", "value": round(speedup, 3), "unit": "x", "target": ">= 1.5", **step_common}
     yield from precision_figures(cfg, layout, n_actions, buffer, train_reps, device)
 
     # inference, batch 1, warm: a collector's decision (the acting program) and the TorchScript forward it
@@ -336,7 +364,7 @@ def run(args):
     frame = rng.integers(0, 256, size=(1, cfg.H_downsized, cfg.W_downsized), dtype=np.uint8)
     floats = layout.mean.copy()
     collector_net = make_inference_network(cfg, layout, n_actions, jit=True)
-    collector_net.load_state_dict_from(online)
+    collector_net.load_state_dict_from(steppers[""].online)
     policy = Inferer(collector_net, cfg, n_actions, rng=np.random.default_rng(6))
     policy.set_exploration(0.03, 0.1)
     contenders = {
