@@ -3,6 +3,7 @@
     python scripts/evaluate.py --run save/carracing_default --seeds 0-9
     python scripts/evaluate.py --weights path/weights_online.torch --seeds 0-9,20,30-31
     python scripts/evaluate.py --weights w.torch --config my_config.py --seeds 5 --rules training --max-race-seconds 30
+    python scripts/evaluate.py --weights w.torch --seeds 500000-500099 --workers 16   # 16 races at a time
 
 Races end by CarRacing-v3's own episode rules (--rules native, the default): exactly when an episode of Gymnasium's
 registered CarRacing-v3 ends, its TimeLimit included (every road tile touched: "finished"; off the playfield:
@@ -10,8 +11,8 @@ registered CarRacing-v3 ends, its TimeLimit included (every road tile touched: "
 training ends them as training does: the finish line after one lap ("finished"), the config's overall cut-off
 ("overall", --max-race-seconds overrides it) and no-progress cut-off ("no_progress"), or off the playfield.
 
-Prints one JSON object per race as it ends (kind "race": seed, rules, finished, race_time_s (null if not
-finished), native_score, progress_fraction (furthest progress along the lap), tile_coverage, end_reason,
+Prints one JSON object per race as it ends (in the order they end with --workers; kind "race": seed, rules, finished,
+race_time_s (null if not finished), native_score, progress_fraction (furthest progress along the lap), tile_coverage, end_reason,
 n_actions, game_time_s) and a final one (kind "summary": rules, races, finished, finished_fraction,
 mean_native_score, std_native_score, mean_tile_coverage, mean_race_time_s over the finished races (null if
 none), mean_progress_fraction, seeds). Races are MapSpec("eval", seed, is_explo=False, fill_buffer=False)
@@ -38,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     evaluation.add_policy_arguments(parser)
     parser.add_argument("--seeds", required=True, help="track seeds: 'A-B' inclusive ranges and comma lists, e.g. 0-9,20,30-31")
+    parser.add_argument(
+        "--workers",
+        type=evaluation.cores_count,
+        default=1,
+        help="races played side by side by this many processes, each with its own game and one torch thread (default 1, at most "
+        "the CPU cores)",
+    )
     return parser
 
 
@@ -55,10 +63,11 @@ def main(argv=None) -> int:
     paths = policy.paths
     print(f"evaluating {evaluation.describe_source(paths)} on {len(seeds)} seed(s), {args.rules} rules", file=sys.stderr)
 
-    game = evaluation.make_eval_game(policy, args.rules)
+    game = evaluation.make_eval_game(policy, args.rules) if args.workers == 1 else None
+    races = evaluate_seeds(game, policy, seeds) if game is not None else evaluation.evaluate_in_processes(args, seeds, args.workers)
     records = []
     try:
-        for record in evaluate_seeds(game, policy, seeds):
+        for record in races:
             records.append(record)
             print(json.dumps(record), flush=True)
     except GameCrashed as e:
@@ -69,8 +78,9 @@ def main(argv=None) -> int:
         if not records:
             return 130
     finally:
-        game.close()
-    summary = summarise(records)
+        if game is not None:
+            game.close()
+    summary = summarise(sorted(records, key=lambda record: record["seed"]))
     summary.update(
         weights=str(paths.weights),
         config=str(paths.config),

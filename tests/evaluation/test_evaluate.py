@@ -217,6 +217,19 @@ def test_greedy_evaluation_is_deterministic(evaluated, run_dir):
         game.close()
 
 
+def test_races_played_by_worker_processes_are_the_same_races(evaluated, weights):
+    """--workers 2: each race in a process of its own, the records the same as one after the other (printed as they
+    end), the summary over the seeds in order."""
+    _, objects = evaluated
+    result = run_script(EVALUATE, "--weights", weights, "--seeds", SEEDS, "--rules", "training", "--workers", "2")
+    assert result.returncode == 0, result.stderr
+    *races, summary = json_lines(result.stdout)
+    assert sorted(races, key=lambda race: race["seed"]) == objects[:-1]
+    assert summary == objects[-1]
+    refused = run_script(EVALUATE, "--weights", weights, "--seeds", SEEDS, "--workers", "0")
+    assert refused.returncode == 2 and "--workers" in refused.stderr
+
+
 def test_the_native_rules_are_the_default_and_ignore_the_cutoffs(weights):
     """Without --rules the races end by CarRacing-v3's own rules: not by the 2.5 s cut-off of the settings beside the
     weights, at the latest at the game's 20 s time limit; --max-race-seconds belongs to the training rules."""

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import os
 import re
+import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +34,7 @@ from trackmania_rl.games import float_layout_for, make_game_instance
 from trackmania_rl.games.backend import DEFAULT_GAME_BACKEND
 from trackmania_rl.games.base import RACE_RULES, RULES_NATIVE, RULES_TRAINING
 from trackmania_rl.learner.checkpoint import CHECKPOINT, CHECKPOINTS, CONFIG_COPY, SETTINGS, WEIGHTS_ONLINE, find_checkpoint
-from trackmania_rl.rollouts.greedy import GreedyPolicy
+from trackmania_rl.rollouts.greedy import GreedyPolicy, evaluate_seeds
 
 DEFAULT_CONFIG = CONFIG_DIR / "config.py"
 # the game evaluated on: configs are loaded for it, and the layout and game instance come from its
@@ -50,13 +53,13 @@ MAX_SEEDS = 100_000  # seeds one --seeds may list (counted from the ranges, befo
 _MAX_SEED_DIGITS = 18
 
 
-def _threads(text: str) -> int:
-    """--threads: 1 to the number of CPU cores."""
+def cores_count(text: str) -> int:
+    """--threads, --workers: 1 to the number of CPU cores."""
     cores = os.cpu_count() or 1
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of threads (1 to {cores})") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (1 to {cores})") from None
     if not 1 <= value <= cores:
         raise argparse.ArgumentTypeError(f"{value}: must be between 1 and {cores} (the CPU cores of this machine)")
     return value
@@ -100,7 +103,7 @@ def add_policy_arguments(parser) -> None:
         default=None,
         help="with --rules training: override the overall race cutoff (game seconds, finite, > 0)",
     )
-    parser.add_argument("--threads", type=_threads, default=1, help=f"torch CPU threads (default 1, at most {os.cpu_count() or 1})")
+    parser.add_argument("--threads", type=cores_count, default=1, help=f"torch CPU threads (default 1, at most {os.cpu_count() or 1})")
 
 
 _SEED_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -295,6 +298,30 @@ def open_policy_from_args(args) -> GreedyPolicy:
     policy = open_policy(weights=args.weights, run=args.run, config=args.config, max_race_seconds=args.max_race_seconds)
     torch.set_num_threads(args.threads)
     return policy
+
+
+def evaluate_in_processes(args, seeds: list[int], workers: int) -> Iterator[dict]:
+    """The race records of `seeds` as they end, played by `workers` spawned processes, each opening the policy of
+    `args` (the options of `add_policy_arguments`) with its own game and one torch thread. GameCrashed when a race
+    crashed twice; the processes end with the iterator."""
+    options = {"weights": args.weights, "run": args.run, "config": args.config, "max_race_seconds": args.max_race_seconds}
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(min(workers, len(seeds)), initializer=_start_worker, initargs=(options, args.rules)) as pool:
+        yield from pool.imap_unordered(_worker_race, seeds)
+
+
+_worker: dict = {}  # a worker process's policy and game
+
+
+def _start_worker(options: dict, rules: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends the pool
+    torch.set_num_threads(1)
+    policy = open_policy(**options)
+    _worker.update(policy=policy, game=make_eval_game(policy, rules))
+
+
+def _worker_race(seed: int) -> dict:
+    return next(evaluate_seeds(_worker["game"], _worker["policy"], [seed]))
 
 
 def describe_source(paths: CheckpointPaths) -> str:
