@@ -3,6 +3,7 @@ credit lasts, no step inside a pause, the thread count applied in the thread, er
 
 import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -26,6 +27,18 @@ def _wait_until(condition, timeout_s=60.0):
         time.sleep(0.01)
 
 
+@contextmanager
+def running(learner, **options):
+    """A started TrainingThread, stopped at the end; an error of its steps fails the test."""
+    training = TrainingThread(learner, **options)
+    training.start()
+    try:
+        yield training
+    finally:
+        training.stop()
+    training.check()
+
+
 @pytest.fixture
 def learner(tmp_path):
     learner, _ = _learner(tmp_path)
@@ -37,18 +50,13 @@ def learner(tmp_path):
 
 def test_the_thread_trains_until_the_credit_is_spent_then_again_when_races_come(learner):
     credit = learner.stats.single_memories_should_have_been_used
-    training = TrainingThread(learner)
-    training.start()
-    try:
+    with running(learner) as training:
         _wait_until(lambda: not learner.can_train())
         assert learner.stats.batches_done == credit // learner.cfg.batch_size
         learner.ingest(*_race(learner, 60, seed=7), META)
         training.data_stored()
         _wait_until(lambda: not learner.can_train())
         assert learner.stats.batches_done == learner.stats.single_memories_should_have_been_used // learner.cfg.batch_size
-    finally:
-        training.stop()
-    training.check()
 
 
 def test_no_step_runs_inside_a_pause(learner):
@@ -62,9 +70,7 @@ def test_no_step_runs_inside_a_pause(learner):
 
     learner.train_step = counted_step
     learner.stats.single_memories_should_have_been_used += 10**6  # credit for the whole test
-    training = TrainingThread(learner)
-    training.start()
-    try:
+    with running(learner) as training:
         _wait_until(lambda: len(steps) >= 3)
         for _ in range(5):
             with training.paused():
@@ -72,9 +78,6 @@ def test_no_step_runs_inside_a_pause(learner):
                 time.sleep(0.1)
                 assert len(steps) == inside  # not one step began while paused
             _wait_until(lambda inside=inside: len(steps) > inside)  # and it trains again after
-    finally:
-        training.stop()
-    training.check()
 
 
 def test_the_wanted_thread_count_is_set_in_the_training_thread(learner):
@@ -83,15 +86,11 @@ def test_the_wanted_thread_count_is_set_in_the_training_thread(learner):
     learner.train_step = lambda: seen.append(torch.get_num_threads()) or train_step()
     wanted = {"threads": 2}
     main_threads = torch.get_num_threads()
-    training = TrainingThread(learner, wanted_threads=lambda: wanted["threads"])
-    training.start()
-    try:
+    with running(learner, wanted_threads=lambda: wanted["threads"]):
         _wait_until(lambda: len(seen) >= 2)
         wanted["threads"] = 1
         count = len(seen)
         _wait_until(lambda: len(seen) >= count + 2)
-    finally:
-        training.stop()
     assert seen[0] == 2 and seen[-1] == 1
     assert torch.get_num_threads() == main_threads  # the main thread's own count is not touched
 
@@ -138,12 +137,8 @@ def test_publications_left_by_the_thread_are_published_by_the_main_thread(tmp_pa
     publishers = []
     publish = shared.publish
     shared.publish = lambda version, weights: publishers.append(threading.current_thread()) or publish(version, weights)
-    training = TrainingThread(learner)
-    training.start()
-    try:
+    with running(learner):
         _wait_until(lambda: not learner.can_train())
-    finally:
-        training.stop()
     assert len(left) == learner.stats.batches_done // 2 >= 2
     assert shared.version == 1  # the thread only left copies
     assert learner.publish_pending() and shared.version == 2 and publishers == [threading.current_thread()]
