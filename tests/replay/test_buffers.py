@@ -417,3 +417,23 @@ def test_prioritized_resize_keeps_priorities_with_their_transitions(cfg, layout)
     buffer.resize(400)
     np.testing.assert_allclose(buffer.sampler.tree.leaves[: len(slots)], leaves_in_order)
     assert buffer.sampler.tree.total == pytest.approx(leaves_in_order.sum())
+
+
+def test_a_priority_update_skips_the_slots_replaced_since_the_batch_was_sampled(cfg, layout):
+    """A batch trains while races are stored (the learner's two threads): its priority update must not land on the
+    transitions that replaced some of its slots in the meantime; they keep the priority they were stored with."""
+    pcfg = cfg.replace(prio_alpha=1.0, prio_epsilon=1.0)  # leaf = |priority| + 1
+    buffer = make_buffer(pcfg, layout, 10, prioritized=True, batch_size=32, rng=np.random.default_rng(0))
+    buffer.extend(experience(pcfg, layout, 11))  # slots 0..9 full
+    batch = buffer.sample_batch()
+    sampled = np.unique(batch["index"].numpy())
+    buffer.extend(experience(pcfg, layout, 4, first_marker=100))  # the 3 oldest slots (0, 1, 2) now hold new transitions
+    replaced = np.array([0, 1, 2])
+    assert set(replaced) <= set(sampled) and len(set(sampled) - set(replaced)) >= 3
+    buffer.update_priority(batch["index"], torch.full((32,), 7.0), batch["state_gid"])
+    leaves = buffer.sampler.tree.leaves
+    np.testing.assert_array_equal(leaves[replaced], [1.0, 1.0, 1.0])  # as stored: the max leaf at the time
+    kept = np.setdiff1d(sampled, replaced)
+    np.testing.assert_array_equal(leaves[kept], np.full(len(kept), 8.0))
+    buffer.update_priority(batch["index"], torch.full((32,), 9.0))  # without state_gid: every live slot, as torchrl does
+    assert leaves[0] == 10.0

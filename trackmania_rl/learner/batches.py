@@ -29,8 +29,8 @@ PREFETCH_DEPTH = 2
 
 class BatchFeed:
     """`next() -> (is_test, batch)`: a batch from the hidden-test buffer with probability buffer_test_ratio (when it
-    holds transitions), else from the training buffer; `batch["index"]` (the storage slots, for priority updates)
-    stays on the CPU. `settings()` gives the live config (buffer_test_ratio is read at each draw)."""
+    holds transitions), else from the training buffer; `batch["index"]` and `batch["state_gid"]` (which transitions,
+    for priority updates) stay on the CPU. `settings()` gives the live config (buffer_test_ratio is read at each draw)."""
 
     def __init__(self, buffer, buffer_test, trainer, device: torch.device, rng: np.random.Generator, settings: Callable):
         self.buffer, self.buffer_test = buffer, buffer_test
@@ -84,7 +84,7 @@ class PrefetchingBatchFeed(BatchFeed):
                     batch = {k: v.to(self.device, non_blocking=True) for k, v in pinned.items()}
                     copied = torch.cuda.Event()
                     copied.record(stream)
-                batch["index"] = host["index"]
+                batch.update({k: v for k, v in host.items() if k not in batch})  # index, state_gid...: host side
                 while not self._stop.is_set():
                     try:
                         self._ready.put((is_test, batch, copied), timeout=0.1)

@@ -403,7 +403,7 @@ class Learner:
         loss, grad_norm, per_sample = self.trainer.train_on_tensors(batch, do_learn=not is_test)
         buffer = self.buffer_test if is_test else self.buffer
         if buffer.prioritized:
-            buffer.update_priority(batch["index"], per_sample.float().cpu())
+            buffer.update_priority(batch["index"], per_sample.float().cpu(), batch["state_gid"])
         if is_test:
             self.window["loss_test"].append(loss)
             self.stats.test_batches_done += 1

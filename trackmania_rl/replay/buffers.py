@@ -15,8 +15,9 @@ Batches (dicts of tensors on the trainer's device) hold `state_img` / `next_stat
 images stay uint8 and the network maps them to [-1, 1) itself --, `state_float` / `next_state_float`
 (B, D) float32 with the mini-race clock set, `action` int64, `reward` float32 (shaped), `gamma_eff`
 float32 (0 when terminal), `terminal` bool, `mini_race_clock` int64, `n_steps` int64, `index` int64
-(storage slots, for priority updates) and, from a prioritized buffer, `weight` float32 (importance weights,
-max 1).
+(storage slots, for priority updates), `state_gid` int64 (which transitions those slots held: an update after
+races were stored skips the slots they replaced) and, from a prioritized buffer, `weight` float32 (importance
+weights, max 1).
 
 Save/load is plain data: `torch.save` of tensors and ints, read back with `torch.load(weights_only=True)`.
 """
@@ -76,6 +77,20 @@ class TransitionReplayBuffer(ReplayBuffer):
         if "_weight" in info:
             data["weight"] = info["_weight"].to(self.mini_race_transform.device)
         return data
+
+    def update_priority(self, index, priority, state_gid=None) -> None:
+        """torchrl's update, for the slots that still hold the transitions of a batch sampled earlier (`state_gid`, as
+        the batch carries it): races stored while the batch trained may have replaced some, whose new transitions
+        keep the priority they were stored with."""
+        if state_gid is None:
+            return super().update_priority(index, priority)
+        with self._replay_lock:
+            index = torch.as_tensor(index).reshape(-1)
+            priority = torch.as_tensor(priority).reshape(-1)
+            kept = torch.from_numpy(self.storage.still_holds(index.numpy(), torch.as_tensor(state_gid).numpy()))
+            if priority.numel() > 1:
+                priority = priority[kept]
+            super().update_priority(index[kept], priority)
 
     def take_replay_age(self) -> float | None:
         """Mean replay age (states stored after the sampled transitions' own) of the batches sampled since the

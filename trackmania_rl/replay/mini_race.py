@@ -64,6 +64,8 @@ class MiniRaceTransform:
             "mini_race_clock": torch.from_numpy(t),
             "n_steps": torch.from_numpy(n),
         }
+        if "state_gid" in data:  # which transitions were sampled: a later priority update checks they are still there
+            out["state_gid"] = torch.as_tensor(data["state_gid"])
         if self.device.type != "cpu":
             out = {k: v.to(self.device, non_blocking=True) for k, v in out.items()}
         return out

@@ -117,6 +117,12 @@ class TransitionStorage(Storage):
             exp = exp.tail(lo)
         return exp
 
+    def still_holds(self, slots, state_gids) -> np.ndarray:
+        """Per slot: True while it holds the transition it held when sampled (its state's global id unchanged; a
+        slot rewritten or evicted since then no longer does)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        return self.is_live(slots) & (self._state_gid_np[slots] == np.asarray(state_gids, dtype=np.int64))
+
     def replay_age(self, slots) -> np.ndarray:
         """For transitions at these slots: how many states were stored after each one's own state (its age in
         the buffer, about the transitions stored since)."""
@@ -197,6 +203,7 @@ class TransitionStorage(Storage):
         floats = self.states["state_float"].index_select(0, slots)
         potential = self.states["potential"].numpy()[state_slots]
         out = dict(
+            state_gid=rows[:, c["state_gid"]].astype(np.int64),  # which transition each slot held (written_as)
             action=rows[:, c["action"]].astype(np.int64),
             n_steps=rows[:, c["n_steps"]].astype(np.int64),
             terminal_actions=rows[:, c["terminal_actions"]],
