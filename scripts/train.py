@@ -164,8 +164,8 @@ def main(argv=None) -> int:
             print("interrupted before the run started: nothing was changed", file=sys.stderr)
             return 0
         try:
-            options = TrainOptions(**vars(args))
-            return run_training(options, group=learner_group_for(options))
+            options, group = learner_group_for(TrainOptions(**vars(args)))
+            return run_training(options, group=group)
         except (ConfigError, CheckpointError, RunFolderError) as e:
             # bad settings, an unusable checkpoint, a run folder in use: a clear message, nothing lost
             print(f"error: {e}", file=sys.stderr)

@@ -14,6 +14,7 @@ they would not capture the step's all_reduce.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -93,7 +94,6 @@ class LearnerGroup(GroupHooks):
                 f'training_cuda_graphs = "on" needs --learners 1: a learner group\'s step holds an all_reduce that the '
                 f'graphs do not capture (set it to "auto" or "off"; {context.live_path})'
             )
-        self.placement.check(n, device, cfg)
         remote = bool(remote_source_names(options, cfg))
         self.shares = split_collectors(collectors_count, n, remote)
         idle = [k for k in range(n) if self.shares[k] == 0 and (k > 0 or not remote)]
@@ -101,8 +101,9 @@ class LearnerGroup(GroupHooks):
             raise ConfigError(
                 f"--learners {n} with {collectors_count} local collector(s) leaves rank(s) {', '.join(map(str, idle))} with "
                 "nothing to learn from: every rank above 0 learns from local collectors of its own (Ray actors and HTTP "
-                f"clients feed rank 0); give --collectors {n if remote else n} or more"
+                f"clients feed rank 0); give --collectors {n - 1 if remote else n} or more"
             )
+        self.placement.check(n, device, cfg, self.shares)
         self.context, self.device, self.total_collectors = context, device, collectors_count
         self.timeout_s = float(cfg.learner_group_timeout_s)
         return self.shares[0]
@@ -304,18 +305,22 @@ class LearnerGroup(GroupHooks):
                 self.server.close()
 
 
-def learner_group_for(options) -> LearnerGroup | None:
-    """The learner group of `--learners N` (None for one learner): local processes, or with `--ray ADDRESS` (not
-    "auto") Ray actors one per node of that cluster."""
+def learner_group_for(options) -> tuple[object, LearnerGroup | None]:
+    """(the options of rank 0's run, the learner group of `--learners N`; None for one learner). The ranks are local
+    processes, or with `--ray ADDRESS` (not "auto") Ray actors one per node of that cluster: then the address places
+    the ranks, and collector actors play there too only with `--ray-actors N` (N > 0)."""
     if options.learners <= 1:
-        return None
+        return options, None
     if options.ray not in (None, "auto"):
         from trackmania_rl.learner_group.ray_ranks import RayRanks
 
-        return LearnerGroup(options.learners, RayRanks(options.ray), log=_log)
+        group = LearnerGroup(options.learners, RayRanks(options.ray), log=_log)
+        if not options.ray_actors:
+            options = dataclasses.replace(options, ray=None)
+        return options, group
     from trackmania_rl.learner_group.launch import LocalRanks
 
-    return LearnerGroup(options.learners, LocalRanks(), log=_log)
+    return options, LearnerGroup(options.learners, LocalRanks(), log=_log)
 
 
 def _log(message: str) -> None:

@@ -31,7 +31,7 @@ class LocalRanks:
     def __init__(self):
         self.processes: dict[int, multiprocessing.Process] = {}
 
-    def check(self, ranks: int, device, cfg) -> None:
+    def check(self, ranks: int, device, cfg, collectors: list[int]) -> None:
         """ConfigError when this machine cannot hold `ranks` ranks."""
         if ranks > max_local_ranks():
             raise ConfigError(f"--learners {ranks}: at most {max_local_ranks()} local ranks here (one CPU core each)")

@@ -15,6 +15,7 @@ the reason in the store for rank 0 to name). It ignores Ctrl-C (rank 0 stops it)
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import sys
@@ -151,10 +152,10 @@ def _serve(spec: dict, store, workdir: Path, log) -> int:
     learner.publish()
     learner.trainer.gradient_exchange = GradientExchange(connection.gradients, ranks, learner.online.parameters())
     log(
-        f"{header['collectors']} local collector(s), buffer {len(learner.buffer)} + test {len(learner.buffer_test)} transitions, "
-        f"{learner.stats.batches_done} batches, device {device}"
+        f"pid {os.getpid()}: {header['collectors']} local collector(s), buffer {len(learner.buffer)} + test "
+        f"{len(learner.buffer_test)} transitions, {learner.stats.batches_done} batches, device {device}"
     )
-    threads = LearnerThreads(header["cores"], header["collectors"])
+    threads = LearnerThreads(header["cores"] or os.cpu_count() or 1, header["collectors"])  # None: a node of its own
     source.start()
     training = GroupTrainingThread(learner, connection, wanted_threads=lambda: threads.current, log=log)
     training.start()
