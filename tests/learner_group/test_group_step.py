@@ -20,6 +20,11 @@ from trackmania_rl.learner_group.rendezvous import GroupConnection, LearnerGroup
 
 def _listening(pid: int) -> set[str]:
     """The addresses the TCP sockets of process `pid` listen on (Linux /proc)."""
+    return {address for address, _ in listening_sockets(pid)}
+
+
+def listening_sockets(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket of process `pid` that listens (Linux /proc)."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -37,7 +42,7 @@ def _listening(pid: int) -> set[str]:
                 words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # per 32-bit word, host order
                 address = ipaddress.ip_address(words if family == socket.AF_INET6 else raw[::-1])
                 mapped = getattr(address, "ipv4_mapped", None)
-                found.add(str(mapped or address))
+                found.add((str(mapped or address), int(fields[1].split(":")[1], 16)))
     return found
 
 
