@@ -1,10 +1,11 @@
 """Measure the figures of DESIGN §5. Prints one JSON object per line: {"figure", "value", "unit", ...}.
 
-    python scripts/benchmark.py game|learner|pipeline|absorb|all
+    python scripts/benchmark.py game|learner|pipeline|absorb|learners|all
     python scripts/benchmark.py ray|http     # the optional sources (pip install -e ".[ray]" / ".[http]"); not in `all`
     python scripts/benchmark.py export       # the policy as ONNX against the acting program (pip install -e ".[onnx]"); not in `all`
     python scripts/benchmark.py learner --device cuda   # the train-step figures on a GPU
     python scripts/benchmark.py absorb --device cuda    # the learner's capacity (races taken, stored, learned) on a GPU
+    python scripts/benchmark.py learners                # 2 data-parallel CPU ranks vs 1 (scaling_2, allreduce_ms)
 Each suite lives in trackmania_rl/benchmarks/<suite>.py as `run(args) -> iterator of figure dicts`.
 """
 
@@ -14,7 +15,7 @@ import json
 
 from trackmania_rl.device import choose_device
 
-SUITES = ("game", "learner", "pipeline", "absorb")
+SUITES = ("game", "learner", "pipeline", "absorb", "learners")
 OPTIONAL_SUITES = ("ray", "http", "export")  # each needs its extra installed (export: onnx)
 
 

@@ -58,7 +58,7 @@ class Learner:
         self.source = source  # a RolloutSource: where the published weights go (None: nowhere, for tests and tools)
         self.logger = logger
         self.log = log
-        seed = LEARNER_SEED_BASE + self.cfg.seed  # replay sampling and the initial weights
+        seed = self.random_seed()  # replay sampling, quantile fractions and the initial weights
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.n_actions = len(self.cfg.inputs)
@@ -102,6 +102,11 @@ class Learner:
         self.wall_seconds_at_start = self.stats.wall_seconds
 
     # ----------------------------------------------------------------------------------------- state
+    def random_seed(self) -> int:
+        """The run's seed for this learner (a learner group's ranks draw their batches and quantile fractions each
+        from a seed of their own: learner_group/)."""
+        return LEARNER_SEED_BASE + self.cfg.seed
+
     def _memory_size(self) -> tuple[int, int]:
         capacity, start_learn = schedules.staircase(self.cfg.memory_size_schedule, self.stats.frames_played)
         return int(capacity), int(start_learn)

@@ -18,6 +18,7 @@ from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner_group.shards import rank_counters
 
+RANK_SEED_STRIDE = 1_000_003
 LR_SCALING = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}
 
 
@@ -44,6 +45,11 @@ class RankLearner(Learner):
         self.settings: StepSettings | None = None
         super().__init__(live, layout, device, run_dir, source=source, logger=logger, log=log, resume=resume)
         self.settings = StepSettings(self.cfg, self.stats.frames_played, ranks)
+
+    def random_seed(self) -> int:
+        """Rank 0 draws as a single learner would; every other rank from a seed of its own: N batches and N draws of
+        quantile fractions per step, not N copies of one draw (its initial weights are replaced by rank 0's anyway)."""
+        return super().random_seed() + RANK_SEED_STRIDE * self.rank
 
     def step_settings(self) -> tuple:
         if self.settings is None:
