@@ -10,6 +10,7 @@ except during their windows, which alternate (alone, group, alone, ...) so that 
 - `learners.scaling_2`: learned transitions/s (learning batches x batch size, summed over the ranks) of the two ranks
   ÷ those of the learner alone, same per-rank batch; median of the windows' pairs. Target >= 1.8 (each added
   learner at least 0.8 of one).
+- `learners.scaling_4` (machines of 4 cores or more): the same with a group of four ranks (target >= 3.4).
 - `learners.independent_2`: the machine's own ceiling for two: two learners alone, unrelated, training at the same
   time (their transitions/s summed) ÷ one learner alone, in the same alternation. What scaling_2 loses below it is the
   group's (exchanges, agreements, waiting for the slower rank); what it loses below 2 is the machine's (shared caches
@@ -165,17 +166,22 @@ def run(args):
         other = _Learners(1, config_path, races, workdir)  # with `alone`: two unrelated learners at once
         pair = _Learners(2, config_path, races, workdir)
         groups += [alone, other, pair]
+        kinds = {"alone": alone, "pair": pair}
+        if (os.cpu_count() or 1) >= 4:
+            kinds["quad"] = _Learners(4, config_path, races, workdir)
+            groups.append(kinds["quad"])
         batch_size = alone.ready[0][2]
-        rates: dict[str, list[float]] = {"alone": [], "pair": [], "independent": []}
+        rates: dict[str, list[float]] = {kind: [] for kind in [*kinds, "independent"]}
         load = [os.getloadavg()[0]]
         for k in range(rounds):
-            for kind in ("alone", "pair", "independent") if k % 2 == 0 else ("independent", "pair", "alone"):
+            order = [*kinds, "independent"]
+            for kind in order if k % 2 == 0 else order[::-1]:
                 if kind == "independent":
                     alone.send("run", window_s)
                     other.send("run", window_s)
                     rates[kind].append(sum(b * batch_size / s for _, b, s in alone.replies() + other.replies()))
                 else:
-                    learners = alone if kind == "alone" else pair
+                    learners = kinds[kind]
                     _, batches, seconds = learners.ask("run", window_s)[0]  # rank 0's count: the ranks step together
                     rates[kind].append(len(learners.processes) * batches * batch_size / seconds)
             load.append(os.getloadavg()[0])
@@ -196,6 +202,16 @@ def run(args):
             "cores": os.cpu_count(),
             "load_average_1min": [round(x, 2) for x in load],
         }
+        if "quad" in rates:
+            quad = [four / one for one, four in zip(rates["alone"], rates["quad"], strict=True)]
+            yield {
+                "figure": "learners.scaling_4",
+                "value": round(statistics.median(quad), 3),
+                "unit": "ratio",
+                "target": ">= 3.4",
+                "learned_transitions_per_s_4": [round(r) for r in rates["quad"]],
+                "pair_ratios": [round(r, 3) for r in quad],
+            }
         yield {
             "figure": "learners.independent_2",
             "value": round(statistics.median(ceiling), 3),

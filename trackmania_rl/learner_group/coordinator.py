@@ -84,6 +84,7 @@ class LearnerGroup(GroupHooks):
         self.shares: list[int] = []
         self.cores: list[int | None] = []
         self._seen: dict[int, tuple[str, float]] = {}
+        self._figures_at: tuple[float | None, int] = (None, 0)
         self._checked_at = 0.0
 
     # ------------------------------------------------------------------------------ start-up
@@ -278,6 +279,13 @@ class LearnerGroup(GroupHooks):
                         figures[f"rank{k}/{name}"] = value
             except Exception:
                 continue
+        if self.learner is not None:
+            now, batches = time.monotonic(), self.learner.stats.batches_done
+            since, before = self._figures_at
+            if since is not None:
+                learned = (batches - before) * self.learner.cfg.batch_size * self.learners
+                figures["transitions_learned_per_s"] = learned / max(1e-9, now - since)
+            self._figures_at = (now, batches)
         if self.thread is not None:
             figures["digest_mismatches"] = self.thread.digest_mismatches
             figures["agreement_rounds"] = self.thread.agreement.rounds

@@ -26,6 +26,7 @@ from pathlib import Path
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.checkpoint import BUFFER, BUFFER_TEST
 from trackmania_rl.learner_group.channel import SenderFailed, recv_file, recv_json, send_file, send_json
+from trackmania_rl.learner_group.rendezvous import GroupCommunicationError
 from trackmania_rl.replay.buffers import save_buffer
 
 SUMMED = ("races", "races_finished", "memories_generated", "rollouts_rejected", "collector_restarts")
@@ -106,19 +107,24 @@ class ShardTransfer:
         if k not in self._headers:
             try:
                 self._headers[k] = recv_json(self.pg, k)
-            except SenderFailed as e:
-                self._headers[k] = {"error": str(e)}
+            except (SenderFailed, GroupCommunicationError) as e:
+                self._headers[k] = {"error": f"rank {k} sent no shard ({e})"}
             if "error" in self._headers[k]:
                 self._pending[k] = []
                 self.log(f"{self._headers[k]['error']}: its shard of the previous checkpoint is kept")
         return self._headers[k]
 
     def _receive(self, k: int, name: str, path: Path) -> None:
-        if "error" in self._header(k):
-            self._previous(k, name, path)
-            return
-        self._pending[k].remove(name)
-        recv_file(self.pg, k, path)
+        if "error" not in self._header(k):
+            self._pending[k].remove(name)
+            try:
+                recv_file(self.pg, k, path)
+                return
+            except GroupCommunicationError as e:  # it died while sending: what the previous checkpoint has
+                self._headers[k] = {"error": f"rank {k} stopped sending its shard ({e})"}
+                self._pending[k] = []
+                self.log(f"{self._headers[k]['error']}: its shard of the previous checkpoint is kept")
+        self._previous(k, name, path)
 
     def _previous(self, k: int, name: str, path: Path) -> None:
         previous = ckpt.find_checkpoint(self.run_dir)
@@ -129,9 +135,12 @@ class ShardTransfer:
     def finish(self) -> None:
         """Receive and drop what a failed save left unreceived, so that the next exchange starts in step."""
         for k in list(self._pending):
-            if self._pending[k] and "error" not in self._header(k):
-                for _ in self._pending[k]:
-                    recv_file(self.pg, k, None)
+            try:
+                if self._pending[k] and "error" not in self._header(k):
+                    for _ in self._pending[k]:
+                        recv_file(self.pg, k, None)
+            except GroupCommunicationError as e:
+                self.log(f"rank {k} stopped sending its shard ({e})")
             self._pending[k] = []
 
     def group_stats(self, stats: dict, own_counters: dict) -> dict:
