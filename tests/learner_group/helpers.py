@@ -20,7 +20,7 @@ from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner_group.gradients import GradientExchange
 from trackmania_rl.learner_group.rank_learner import RankLearner
 from trackmania_rl.learner_group.rendezvous import GroupConnection, connect_store
-from trackmania_rl.learner_group.training_thread import GroupTrainingThread
+from trackmania_rl.learner_group.training_thread import GroupTrainingThread, take_rank0_state
 
 HOST = "127.0.0.1"
 TIMEOUT_S = 30.0
@@ -104,8 +104,10 @@ def feed(learner, races: int, seed: int) -> None:
 
 
 def group_of(learner, store, rank: int) -> GroupTrainingThread:
+    """The rank's training thread in a group of 2, from rank 0's weights (as a group starts)."""
     connection = GroupConnection.join(store, rank, 2, HOST, TIMEOUT_S, "cpu")
     learner.trainer.gradient_exchange = GradientExchange(connection.gradients, 2, learner.online.parameters())
+    take_rank0_state(learner, connection)
     return GroupTrainingThread(learner, connection, log=lambda m: None)
 
 

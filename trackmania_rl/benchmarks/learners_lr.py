@@ -37,7 +37,7 @@ from trackmania_rl.learner.training_thread import TrainingThread
 from trackmania_rl.learner_group.gradients import GradientExchange
 from trackmania_rl.learner_group.rank_learner import RankLearner
 from trackmania_rl.learner_group.rendezvous import GroupConnection, StoreServer, connect_store
-from trackmania_rl.learner_group.training_thread import GroupTrainingThread
+from trackmania_rl.learner_group.training_thread import GroupTrainingThread, take_rank0_state
 
 EVAL_BATCHES = 16
 EVAL_SEED = 20_260_101
@@ -73,6 +73,7 @@ def lr_process(rank: int, ranks: int, port: int, config_path: str, races: list, 
         connection = GroupConnection.join(store, rank, ranks, HOST, TIMEOUT_S, device)
         learner = RankLearner(live, layout, device, folder, rank=rank, ranks=ranks, source=source, log=_quiet, resume=False)
         learner.trainer.gradient_exchange = GradientExchange(connection.gradients, ranks, learner.online.parameters())
+        take_rank0_state(learner, connection)  # every rank starts from rank 0's weights, as in a run
         thread = GroupTrainingThread(learner, connection, wanted_threads=lambda: 1, log=_quiet)
     _fill_once(learner, source)
     start_loss = hidden_test_loss(learner) if rank == 0 else None

@@ -209,13 +209,19 @@ class GroupTrainingThread(TrainingThread):
             f"the ranks' weights differ at batch {self.learner.stats.batches_done} (digests {digests}): every rank takes "
             "rank 0's weights and optimizer state"
         )
-        learner = self.learner
-        tensors = list(learner.online.state_dict().values()) + list(learner.target.state_dict().values())
-        for parameter in learner.online.parameters():
-            tensors += [value for _, value in sorted(learner.optimizer.state.get(parameter, {}).items()) if torch.is_tensor(value)]
-        options = torch.distributed.BroadcastOptions()
-        options.rootRank = 0
-        with torch.no_grad():
-            for tensor in tensors:
-                pg = self.connection.gradients if tensor.device.type == "cuda" else self.connection.training
-                wait(pg.broadcast([tensor], options), "re-synchronising the weights")
+        take_rank0_state(self.learner, self.connection)
+
+
+def take_rank0_state(learner, connection) -> None:
+    """Every rank's online and target weights and optimizer state become rank 0's (a collective of every rank's training
+    thread, or of their main threads before the training threads start). The optimizer state must have the same
+    entries on every rank (it has: equal steps)."""
+    tensors = list(learner.online.state_dict().values()) + list(learner.target.state_dict().values())
+    for parameter in learner.online.parameters():
+        tensors += [value for _, value in sorted(learner.optimizer.state.get(parameter, {}).items()) if torch.is_tensor(value)]
+    options = torch.distributed.BroadcastOptions()
+    options.rootRank = 0
+    with torch.no_grad():
+        for tensor in tensors:
+            pg = connection.gradients if tensor.device.type == "cuda" else connection.training
+            wait(pg.broadcast([tensor], options), "taking rank 0's weights")
