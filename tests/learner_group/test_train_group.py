@@ -142,9 +142,7 @@ def test_a_hung_rank_is_named_killed_and_the_run_stops_with_exit_1(tmp_path):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    assert re.search(
-        rf"learner group: (rank 1 \(pid {pid}\) gave no sign of life for \d+ s|.*rank 1 \(pid {pid}, last sign)", trainer.log()
-    )
+    assert re.search(rf"learner group: .*rank 1 \(pid {pid}\) gave no sign of life for \d+ s", trainer.log())
 
 
 def test_a_rank_with_nothing_to_learn_from_is_refused_before_anything_starts(tmp_path):

@@ -35,7 +35,8 @@ from trackmania_rl.learner_group.training_thread import GroupTrainingThread
 
 START_TIMEOUT_S = 300.0  # ranks import torch, build their learner and start their collectors: slow on a busy machine
 CHECK_PERIOD_S = 1.0  # how often the store's signs of life and failure reports are read
-NAMING_WAIT_S = 3.0  # after a failed collective: how long to look for the rank that caused it
+UNWATCHED_S = 10.0  # a gap this long between two looks: the clocks of the signs of life start again
+NAMING_WAIT_S = 3.0  # after a failed collective: how long to look for the rank that caused it (> 2 signs of life)
 
 
 def split_collectors(total: int, ranks: int, rank0_has_remote: bool) -> list[int]:
@@ -212,8 +213,9 @@ class LearnerGroup(GroupHooks):
         failure = self._dead_or_failed()
         now = time.monotonic()
         if failure is None and now - self._checked_at >= CHECK_PERIOD_S:
+            unwatched = now - self._checked_at > UNWATCHED_S  # a save or the held-out evaluation kept this thread away
             self._checked_at = now
-            failure = self._silent()
+            failure = self._silent(restart_clocks=unwatched)
         if failure is None and self.thread is not None and self.thread.failure is not None:
             failure = self._name_collective_failure(self.thread.failure)
         if failure is not None:
@@ -234,14 +236,14 @@ class LearnerGroup(GroupHooks):
             pass
         return ""
 
-    def _silent(self) -> str | None:
-        """A rank whose sign of life has not changed for the group's timeout (hung, stopped, cut off)."""
+    def _silent(self, restart_clocks: bool = False) -> str | None:
+        """A rank whose sign of life has not changed for the group's timeout (hung, stopped, cut off), as seen by this
+        thread: after it looked away (`restart_clocks`: a save, in which the ranks send their shards instead of signs of
+        life), the clocks start again."""
         now = time.monotonic()
-        for k in range(1, self.learners):
-            store = self.server.store
-            beat = store.get(alive_key(k)).decode() if store.check([alive_key(k)]) else ""
+        for k, beat in self._beats().items():
             last_beat, since = self._seen.get(k, (None, now))
-            if beat != last_beat:
+            if beat != last_beat or restart_clocks:
                 self._seen[k] = (beat, now)
             elif now - since > self.timeout_s:
                 self.placement.kill(k)
@@ -249,17 +251,26 @@ class LearnerGroup(GroupHooks):
         return None
 
     def _name_collective_failure(self, error) -> str:
+        """After a failed collective: the rank that died, else the ranks whose sign of life stands still (they are
+        killed), else the error alone."""
+        beats = self._beats()
         deadline = time.monotonic() + NAMING_WAIT_S
         while time.monotonic() < deadline:  # a dead peer fails the collective at once, before its exit is seen
             failure = self._dead_or_failed()
             if failure:
                 return failure
             time.sleep(0.1)
-        now = time.monotonic()
-        stalest = max(range(1, self.learners), key=lambda k: now - self._seen.get(k, (None, now))[1])
-        silent_for = now - self._seen.get(stalest, (None, now))[1]
-        self.placement.kill(stalest)
-        return f"{error}; rank {stalest} ({self.placement.where(stalest)}, last sign of life {silent_for:.0f} s ago) was killed"
+        silent = [k for k, beat in self._beats().items() if beat == beats[k]]
+        for k in silent:
+            self.placement.kill(k)
+        if silent:
+            names = ", ".join(f"rank {k} ({self.placement.where(k)})" for k in silent)
+            return f"{error}; {names} gave no sign of life for {NAMING_WAIT_S:g} s (hung?) and was killed"
+        return f"{error} (every rank still gives signs of life)"
+
+    def _beats(self) -> dict[int, str]:
+        store = self.server.store
+        return {k: store.get(alive_key(k)).decode() if store.check([alive_key(k)]) else "" for k in range(1, self.learners)}
 
     def _request_shards(self) -> None:
         if self.thread is not None and not self.thread.stop_agreed.is_set():
