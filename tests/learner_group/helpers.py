@@ -76,8 +76,16 @@ def batch(cfg, seed: int, size: int = 8) -> dict:
     return out
 
 
+def poisoned(cfg, seed: int) -> dict:
+    """A batch whose loss is not finite (a NaN reward)."""
+    out = batch(cfg, seed)
+    out["reward"][0] = float("nan")
+    return out
+
+
 def step_as_rank(rank: int, port: int, replies, done) -> None:
-    """A spawned rank: one averaged step on its own batch; replies its weights' digest, then waits for `done`."""
+    """A spawned rank: one averaged step on its own batch, then one on a batch with a NaN (rank 1 only: rank 0's is
+    fine); replies its pid, its weights' digest after each step and its skipped steps, then waits for `done`."""
     torch.set_num_threads(1)
     cfg = tiny_cfg()
     store = connect_store(HOST, port, 2, TIMEOUT_S)
@@ -85,7 +93,9 @@ def step_as_rank(rank: int, port: int, replies, done) -> None:
     t = trainer(cfg)
     t.gradient_exchange = GradientExchange(connection.gradients, 2, t.online.parameters())
     t.train_on_tensors(batch(cfg, seed=100 + rank))
-    replies.put((os.getpid(), ckpt.weights_digest(t.online.state_dict())))
+    first = ckpt.weights_digest(t.online.state_dict())
+    t.train_on_tensors(poisoned(cfg, seed=200 + rank))
+    replies.put((os.getpid(), first, ckpt.weights_digest(t.online.state_dict()), t.nonfinite_steps_skipped))
     done.wait(TIMEOUT_S)
 
 

@@ -1,5 +1,6 @@
 """One step of a learner group: the ranks' averaged gradients make the step of one learner on both batches, every rank
-ends with the same weights bit for bit, and the group's sockets listen on its address only. Real gloo groups on
+ends with the same weights bit for bit, a non-finite gradient on one rank makes every rank skip the step, and the
+group's sockets listen on its address only. Real gloo groups on
 loopback, rank 1 in a spawned process."""
 
 import ipaddress
@@ -46,7 +47,7 @@ def listening_sockets(pid: int) -> set[tuple[str, int]]:
     return found
 
 
-def test_two_ranks_take_the_step_of_one_learner_on_both_batches_and_listen_on_loopback_only():
+def test_two_ranks_step_as_one_learner_on_both_batches_skip_a_non_finite_step_together_and_listen_on_loopback_only():
     cfg = helpers.tiny_cfg()
     before = _listening(os.getpid())
     server = StoreServer(helpers.HOST, 2, helpers.TIMEOUT_S)
@@ -60,10 +61,15 @@ def test_two_ranks_take_the_step_of_one_learner_on_both_batches_and_listen_on_lo
         rank0.gradient_exchange = GradientExchange(connection.gradients, 2, rank0.online.parameters())
         own = helpers.batch(cfg, seed=100)
         rank0.train_on_tensors(own)
-        child_pid, child_digest = replies.get(timeout=120)
+        after_one = ckpt.weights_digest(rank0.online.state_dict())
+        rank0.train_on_tensors(helpers.batch(cfg, seed=200))  # a fine batch here, rank 1's holds a NaN
+        child_pid, child_digest, child_after_two, child_skipped = replies.get(timeout=120)
 
         # every rank holds the same weights, bit for bit
-        assert ckpt.weights_digest(rank0.online.state_dict()) == child_digest
+        assert after_one == child_digest
+        # one rank's non-finite gradient reaches every rank through the average: every rank skips that step
+        assert rank0.nonfinite_steps_skipped == child_skipped == 1
+        assert ckpt.weights_digest(rank0.online.state_dict()) == child_after_two == after_one
         # ... those of one learner's step on both ranks' batches (the mean loss over 2 x 8 transitions)
         other = helpers.batch(cfg, seed=101)
         one = helpers.trainer(cfg)
@@ -73,7 +79,7 @@ def test_two_ranks_take_the_step_of_one_learner_on_both_batches_and_listen_on_lo
         grouped, single, own_only = (list(t.online.parameters()) for t in (rank0, one, alone))
         assert all(torch.allclose(g, o, rtol=1e-5, atol=1e-6) for g, o in zip(grouped, single, strict=True))
         assert not all(torch.allclose(g, a, rtol=1e-5, atol=1e-6) for g, a in zip(grouped, own_only, strict=True))
-        assert rank0.gradient_exchange.exchanges == 1
+        assert rank0.gradient_exchange.exchanges == 2
 
         # the store, both ranks' gloo devices: on the loopback address the group was given, never on every interface
         opened = (_listening(os.getpid()) - before) | _listening(child_pid)
