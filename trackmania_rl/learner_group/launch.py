@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
+import tempfile
 
 import torch
 
@@ -30,6 +32,7 @@ class LocalRanks:
 
     def __init__(self):
         self.processes: dict[int, multiprocessing.Process] = {}
+        self.workdir: str | None = None  # the ranks' folders, removed with them (a killed rank leaves its own)
 
     def check(self, ranks: int, device, cfg, collectors: list[int]) -> None:
         """ConfigError when this machine cannot hold `ranks` ranks."""
@@ -48,7 +51,9 @@ class LocalRanks:
 
     def launch(self, specs: list[dict]) -> None:
         context = multiprocessing.get_context("spawn")
+        self.workdir = tempfile.mkdtemp(prefix="tmrl_group_")
         for spec in specs:
+            spec = {**spec, "workdir_parent": self.workdir}
             process = context.Process(target=rank_process, args=(spec,), name=f"rank-{spec['rank']}", daemon=False)
             process.start()
             self.processes[spec["rank"]] = process
@@ -78,4 +83,6 @@ class LocalRanks:
             if process.exitcode is None:
                 process.kill()
                 process.join(5)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         return {rank: p.exitcode for rank, p in self.processes.items()}

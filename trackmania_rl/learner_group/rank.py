@@ -109,7 +109,7 @@ def run_rank(spec: dict) -> int:
     def log(message: str) -> None:
         print(f"[rank {rank}] {message}", flush=True)
 
-    workdir = Path(tempfile.mkdtemp(prefix=f"tmrl_rank{rank}_"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"tmrl_rank{rank}_", dir=spec.get("workdir_parent")))  # its config, its shards
     store = None
     try:
         store = connect_store(spec["store_host"], spec["store_port"], spec["ranks"], spec["timeout_s"])
