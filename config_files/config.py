@@ -165,6 +165,14 @@ collector_stall_timeout_s = 120  # a collector silent this long is restarted
 max_training_backlog_batches = 400
 
 # ---------------------------------------------------------------------------------------------------
+# A learner group (scripts/train.py --learners N > 1: N data-parallel learners, docs/cluster.md)
+# ---------------------------------------------------------------------------------------------------
+# A step of N learners learns from N x batch_size transitions; its lr is the schedule's x 1 ("none"), x sqrt(N)
+# ("sqrt") or x N ("linear"). One learner: no effect.
+learners_lr_scaling = "sqrt"
+learner_group_timeout_s = 120  # [restart] a rank that does not answer a collective this long stops the run (exit 1)
+
+# ---------------------------------------------------------------------------------------------------
 # Remote rollout sources (optional installs; off by default). collectors_count may be 0 when one is on.
 # ---------------------------------------------------------------------------------------------------
 ray_address = None  # [restart] "auto": a local Ray cluster on loopback; or a cluster's address (docs/cluster.md)

@@ -1,10 +1,12 @@
 """Measure the figures of DESIGN §5. Prints one JSON object per line: {"figure", "value", "unit", ...}.
 
-    python scripts/benchmark.py game|learner|pipeline|absorb|all
+    python scripts/benchmark.py game|learner|pipeline|absorb|learners|all
     python scripts/benchmark.py ray|http     # the optional sources (pip install -e ".[ray]" / ".[http]"); not in `all`
     python scripts/benchmark.py export       # the policy as ONNX against the acting program (pip install -e ".[onnx]"); not in `all`
     python scripts/benchmark.py learner --device cuda   # the train-step figures on a GPU
     python scripts/benchmark.py absorb --device cuda    # the learner's capacity (races taken, stored, learned) on a GPU
+    python scripts/benchmark.py learners                # 2 data-parallel CPU ranks vs 1 (scaling_2, allreduce_ms)
+    python scripts/benchmark.py learners_lr             # the lr rule of 2 ranks on a TD-loss proxy; not in `all`
 Each suite lives in trackmania_rl/benchmarks/<suite>.py as `run(args) -> iterator of figure dicts`.
 """
 
@@ -14,13 +16,14 @@ import json
 
 from trackmania_rl.device import choose_device
 
-SUITES = ("game", "learner", "pipeline", "absorb")
+SUITES = ("game", "learner", "pipeline", "absorb", "learners")
 OPTIONAL_SUITES = ("ray", "http", "export")  # each needs its extra installed (export: onnx)
+SEPARATE_SUITES = ("learners_lr",)  # long (minutes of training): not part of `all`
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", choices=SUITES + OPTIONAL_SUITES + ("all",))
+    parser.add_argument("suite", choices=SUITES + OPTIONAL_SUITES + SEPARATE_SUITES + ("all",))
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, figures are noisier)")
     device_help = "torch device of the learner's train step (learner and absorb suites): cpu (default) or cuda[:i]"
     parser.add_argument("--device", default="cpu", help=device_help)

@@ -6,6 +6,8 @@
     python scripts/train.py --seed 2 --run-name seed2   # an independent run (learner, collectors, track order)
     python scripts/train.py --ray auto --ray-actors 4           # collector actors on a Ray cluster (pip install -e ".[ray]")
     python scripts/train.py --listen 127.0.0.1:8642 --collectors 0   # external game clients over HTTP (pip install -e ".[http]")
+    python scripts/train.py --learners 2 --collectors 4   # 2 data-parallel learners on this machine (docs/cluster.md)
+    python scripts/train.py --ray HEAD:6379 --learners 4   # 4 learners, one per node of a Ray cluster
 
 Each run has its own live config, save/<run_name>/config_live.py: copied from --config when the run starts,
 kept as it is when the run resumes. Edit it to tune the running run. One trainer at a time uses a run
@@ -44,10 +46,15 @@ class Arguments:
     listen: str | None = None
     new_token: bool = False
     seed: int | None = None
+    learners: int = 1
 
 
 def max_collectors() -> int:
     return MAX_COLLECTORS_PER_CPU * (os.cpu_count() or 1)
+
+
+def max_local_learners() -> int:
+    return os.cpu_count() or 1  # one core per rank at least
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--listen", default=None, metavar="HOST:PORT", help="overrides http_listen: serve external game clients")
     parser.add_argument("--new-token", action="store_true", help="replace the run's HTTP bearer token (save/<run>/http_token)")
     parser.add_argument("--seed", type=int, default=None, help=f"the run's seed (0 to {MAX_SEED}): learner, collectors, track order")
+    parser.add_argument(
+        "--learners",
+        type=int,
+        default=1,
+        help=f"data-parallel learner ranks (default 1): local processes (at most {max_local_learners()} here), "
+        "or one per node of the cluster of --ray ADDRESS",
+    )
     parser.add_argument("--no-status-line", action="store_true")
     return parser
 
@@ -95,6 +109,13 @@ def parse_args(argv=None) -> Arguments:
             )
     if a.seed is not None and not 0 <= a.seed <= MAX_SEED:
         parser.error(f"--seed {a.seed}: must be from 0 to {MAX_SEED}")
+    if a.learners < 1:
+        parser.error(f"--learners {a.learners}: must be 1 or more")
+    if a.learners > max_local_learners() and a.ray in (None, "auto"):
+        parser.error(
+            f"--learners {a.learners}: at most {max_local_learners()} local ranks on this machine (one core each); "
+            "more need a Ray cluster (--ray ADDRESS: one rank per node)"
+        )
     if a.ray_actors is not None and a.ray_actors < 0:
         parser.error(f"--ray-actors {a.ray_actors}: must be 0 or more")
     if a.ray is not None and not a.ray.strip():
@@ -121,6 +142,7 @@ def parse_args(argv=None) -> Arguments:
         listen=a.listen,
         new_token=a.new_token,
         seed=a.seed,
+        learners=a.learners,
     )
 
 
@@ -134,17 +156,23 @@ def main(argv=None) -> int:
             from trackmania_rl.config.loader import ConfigError
             from trackmania_rl.learner.checkpoint import CheckpointError
             from trackmania_rl.learner.train_loop import TrainOptions, run_training
+            from trackmania_rl.learner_group.coordinator import learner_group_for
+            from trackmania_rl.learner_group.rendezvous import LearnerGroupError
 
             early.start_loop()  # raises KeyboardInterrupt if a signal came during the imports
         except KeyboardInterrupt:
             print("interrupted before the run started: nothing was changed", file=sys.stderr)
             return 0
         try:
-            return run_training(TrainOptions(**vars(args)))
+            options, group = learner_group_for(TrainOptions(**vars(args)))
+            return run_training(options, group=group)
         except (ConfigError, CheckpointError, RunFolderError) as e:
             # bad settings, an unusable checkpoint, a run folder in use: a clear message, nothing lost
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except LearnerGroupError as e:  # a rank failed to start: rank 0 saved what it had
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     finally:
         early.restore()
 

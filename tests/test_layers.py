@@ -1,8 +1,8 @@
 """The package's import graph: no circle, and no import from a lower layer into a higher one (docs/architecture.md).
 
 Every `import` and `from ... import` of trackmania_rl modules is read with `ast`, those inside functions (imported
-when first used) and under `if TYPE_CHECKING:` included. Layers, top to bottom: evaluation and benchmarks, learner,
-replay, rollouts, agents, games; the ground (config, monitoring, device.py, serialization.py) is used by all and
+when first used) and under `if TYPE_CHECKING:` included. Layers, top to bottom: evaluation and benchmarks, learner_group,
+learner, replay, rollouts, agents, games; the ground (config, monitoring, device.py, serialization.py) is used by all and
 uses none of them. The scripts sit above everything and are not checked.
 """
 
@@ -15,8 +15,9 @@ PACKAGE = "trackmania_rl"
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / PACKAGE
 # rank of each top-level part of the package: a module may import its own rank or lower ones
 LAYERS = {
-    "evaluation": 6,
-    "benchmarks": 6,
+    "evaluation": 7,
+    "benchmarks": 7,
+    "learner_group": 6,
     "learner": 5,
     "replay": 4,
     "rollouts": 3,

@@ -48,6 +48,8 @@ def _train(tmp_path, *args):
         (["--run-name", "a/b"], "--run-name 'a/b'"),
         (["--run-name", "x" * 101], "--run-name is 101 characters long"),
         (["--run-name", "..", "--fresh"], "--run-name '..'"),
+        (["--learners", "0"], "--learners 0: must be 1 or more"),
+        (["--learners", str(CORES + 1)], f"--learners {CORES + 1}: at most {CORES} local ranks on this machine"),
     ],
 )
 def test_train_refuses_out_of_range_options_before_anything_starts(tmp_path, args, named):

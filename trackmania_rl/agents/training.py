@@ -82,6 +82,9 @@ class Trainer:
         self.n_quantiles = int(cfg.iqn_n)
         self.nonfinite_steps_skipped = 0
         self.graphed = None  # a GraphedTrainStep (graphed_step.py) runs the steps when set: CUDA graphs
+        # called with the parameters after backward, before clipping: a learner group averages the gradients of its
+        # ranks there (learner_group/gradients.py), so that every rank clips, skips and steps alike
+        self.gradient_exchange = None
 
     @property
     def use_amp(self) -> bool:
@@ -135,6 +138,8 @@ class Trainer:
         grad_norm = 0.0
         if do_learn:
             loss.backward()
+            if self.gradient_exchange is not None:
+                self.gradient_exchange(self.online.parameters())
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.cfg.clip_grad_norm))
             if math.isfinite(grad_norm):
                 torch.nn.utils.clip_grad_value_(self.online.parameters(), self.cfg.clip_grad_value)

@@ -225,6 +225,13 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "held_out_eval_period_s": (_non_negative_number, "a number of seconds >= 0 (0: no held-out evaluation)", False),
     "keep_weights_at_minutes": (_minutes_list, "a list of increasing positive minutes of training", False),
     "max_training_backlog_batches": (_positive_int, "a positive integer (batches owed to the replay ratio)", False),
+    # ---- a learner group (--learners N > 1, learner_group/)
+    "learners_lr_scaling": (
+        lambda v: v in ("none", "sqrt", "linear"),
+        '"none", "sqrt" or "linear" (the lr of N learners: x 1, x sqrt(N) or x N)',
+        False,
+    ),
+    "learner_group_timeout_s": (_positive_number, "a positive number (s): a rank silent this long stops the run", True),
     # ---- remote rollout sources (rollouts/ray, rollouts/http): off unless set, each an optional install
     "ray_address": (_optional_text, 'None, "auto" (a local cluster on loopback) or a Ray cluster address', True),
     "ray_actors": (_non_negative_int, "an integer >= 0 (collector actors on the Ray cluster)", True),
@@ -249,6 +256,8 @@ ADDED_LATER = {
     "max_policy_lag": 100_000,
     "checkpoints_kept": 2,
     "max_training_backlog_batches": 400,
+    "learners_lr_scaling": "sqrt",
+    "learner_group_timeout_s": 120.0,
     "seed": 0,
     "training_precision": "auto",
     "training_cuda_graphs": "auto",

@@ -17,6 +17,7 @@ I/O error, permission) removes everything it wrote and raises `CheckpointSaveErr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -50,8 +51,36 @@ BEST_JSON = "best.json"  # in best/: the score and when
 CONFIG_COPY = "config_copy.py"  # older runs and models: a Python file, never executed when found beside weights
 BUFFER = "buffer"
 BUFFER_TEST = "buffer_test"
+SHARD_SUFFIX = ".rank"  # a learner group's rank k > 0 saves its buffers as buffer.rank<k>, buffer_test.rank<k>
 
 _NUMBERED = re.compile(rf"^\d{{{NUMBER_DIGITS}}}$")
+
+
+def shard_name(name: str, rank: int) -> str:
+    """The file of buffer `name` (BUFFER, BUFFER_TEST) of a learner group's rank: rank 0's is the plain name, so that
+    a single learner's checkpoint is a group's of one."""
+    return name if rank == 0 else f"{name}{SHARD_SUFFIX}{rank}"
+
+
+def shard_files(folder: Path, name: str) -> list[tuple[int, Path]]:
+    """(rank, path) of every shard of buffer `name` in a checkpoint folder, by rank."""
+    folder = Path(folder)
+    found = [(0, folder / name)] if (folder / name).is_file() else []
+    pattern = re.compile(rf"^{re.escape(name)}{re.escape(SHARD_SUFFIX)}([1-9]\d{{0,5}})$")
+    if folder.is_dir():
+        found += [(int(m.group(1)), folder / m.group(0)) for m in map(pattern.match, os.listdir(folder)) if m]
+    return sorted(found)
+
+
+def weights_digest(state_dict: dict) -> str:
+    """16 hex digits of the SHA-256 of a state dict's tensors (names, dtypes, shapes and bytes, in order): equal
+    weights give equal digests, on any machine."""
+    digest = hashlib.sha256()
+    for name, tensor in state_dict.items():
+        tensor = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 class CheckpointError(RuntimeError):

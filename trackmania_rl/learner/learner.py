@@ -39,7 +39,7 @@ from trackmania_rl.learner.checkpoint import (
     WEIGHTS_TARGET,
 )
 from trackmania_rl.learner.run_stats import RunStats
-from trackmania_rl.replay.buffers import make_buffers, read_buffer_file, resize_buffers, save_buffer
+from trackmania_rl.replay.buffers import append_saved_buffer, make_buffers, read_buffer_file, resize_buffers, save_buffer
 from trackmania_rl.replay.experience import fill_buffers, require_road_tiles
 from trackmania_rl.replay.storage import InvalidBufferFile
 from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, validated_race
@@ -58,7 +58,7 @@ class Learner:
         self.source = source  # a RolloutSource: where the published weights go (None: nowhere, for tests and tools)
         self.logger = logger
         self.log = log
-        seed = LEARNER_SEED_BASE + self.cfg.seed  # replay sampling and the initial weights
+        seed = self.random_seed()  # replay sampling, quantile fractions and the initial weights
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.n_actions = len(self.cfg.inputs)
@@ -81,6 +81,7 @@ class Learner:
         capacity, self.memory_start_learn = self._memory_size()
         # the buffers give host tensors; the batch feed moves them to the device (prefetched on CUDA)
         self.buffer, self.buffer_test = make_buffers(self.cfg, layout, capacity, device="cpu", rng=self.rng)
+        self.resumed_from: Path | None = None  # the checkpoint folder this learner resumed from
         if resume:
             self._resume()
         set_capturable(self.optimizer, self.cuda_graphs.enabled)  # the step counts (a resumed run's too) where the step runs
@@ -101,6 +102,11 @@ class Learner:
         self.wall_seconds_at_start = self.stats.wall_seconds
 
     # ----------------------------------------------------------------------------------------- state
+    def random_seed(self) -> int:
+        """The run's seed for this learner (a learner group's ranks draw their batches and quantile fractions each
+        from a seed of their own: learner_group/)."""
+        return LEARNER_SEED_BASE + self.cfg.seed
+
     def _memory_size(self) -> tuple[int, int]:
         capacity, start_learn = schedules.staircase(self.cfg.memory_size_schedule, self.stats.frames_played)
         return int(capacity), int(start_learn)
@@ -131,6 +137,7 @@ class Learner:
                 skipped.append((folder, str(e)))
                 continue
             self._apply_checkpoint(folder, state, skipped)
+            self.resumed_from = folder
             break
         else:
             reasons = "; ".join(why for _, why in skipped)
@@ -168,15 +175,22 @@ class Learner:
             state[name] = value
         found = 0
         for name in (BUFFER, BUFFER_TEST):
-            try:
-                state[name] = read_buffer_file(folder / name, self.n_actions)
-                found += 1
-            except FileNotFoundError:
-                state[name] = None
-            except InvalidBufferFile as e:
-                raise ckpt.CheckpointCorrupt(str(e), folder / name) from None
+            state[name] = []  # one saved buffer per rank shard this learner takes (a single learner: every shard)
+            for path in self._buffer_shards(folder, name):
+                try:
+                    state[name].append(read_buffer_file(path, self.n_actions))
+                    found += 1
+                except FileNotFoundError:
+                    pass
+                except InvalidBufferFile as e:
+                    raise ckpt.CheckpointCorrupt(str(e), path) from None
         state["buffers_found"] = found > 0
         return state
+
+    def _buffer_shards(self, folder: Path, name: str) -> list[Path]:
+        """The files of buffer `name` this learner loads at resume: every rank's shard of a learner group's checkpoint
+        (learner_group/ takes its own share), oldest rank first."""
+        return [path for _, path in ckpt.shard_files(folder, name)]
 
     def _apply_checkpoint(self, folder: Path, state: dict, skipped: list) -> None:
         """Load what `_read_checkpoint` read. CheckpointError if it does not fit the current config."""
@@ -188,8 +202,11 @@ class Learner:
             capacity, self.memory_start_learn = self._memory_size()
             resize_buffers(self.buffer, self.buffer_test, self.cfg, capacity)
             for buffer, name in ((self.buffer, BUFFER), (self.buffer_test, BUFFER_TEST)):
-                if state[name] is not None:
-                    buffer.load_state_dict(state[name], self.n_actions)
+                for k, saved in enumerate(state[name]):  # shards after the first are added behind it
+                    if k == 0:
+                        buffer.load_state_dict(saved, self.n_actions)
+                    else:
+                        append_saved_buffer(buffer, saved, self.n_actions)
         except (RuntimeError, KeyError, ValueError, TypeError) as e:  # shapes or entries that do not match this config
             unused = "".join(f"; also unusable: {why}" for _, why in skipped)
             raise ckpt.CheckpointError(
@@ -207,10 +224,11 @@ class Learner:
         self.stats.wall_seconds = self.wall_seconds()
         settings = settings_json(self.cfg)
         writers = {
+            **self.checkpoint_extra_files(),  # first: what they gather goes into stats.json
             WEIGHTS_ONLINE: ckpt.torch_writer(self.online.state_dict()),
             WEIGHTS_TARGET: ckpt.torch_writer(self.target.state_dict()),
             OPTIMIZER: ckpt.torch_writer(self.optimizer.state_dict()),
-            STATS: ckpt.json_writer(self.stats.to_json()),
+            STATS: lambda path: ckpt.json_writer(self.checkpoint_stats())(path),
             SETTINGS: ckpt.text_writer(settings),
             BUFFER: lambda path: save_buffer(self.buffer, path),
             BUFFER_TEST: lambda path: save_buffer(self.buffer_test, path),
@@ -224,6 +242,16 @@ class Learner:
             f"buffer {len(self.buffer)} + test {len(self.buffer_test)} transitions"
         )
         return folder
+
+    def checkpoint_extra_files(self) -> dict:
+        """More files for a checkpoint (name -> writer), written before the learner's own: none (a learner group adds
+        its other ranks' buffer shards, learner_group/)."""
+        return {}
+
+    def checkpoint_stats(self) -> dict:
+        """The checkpoint's stats.json: the run's counters, how many learners trained and one digest of the online
+        weights per learner (a learner group gives the group's totals and every rank's digest)."""
+        return {**self.stats.to_json(), "learners": 1, "rank_weight_digests": [ckpt.weights_digest(self.online.state_dict())]}
 
     def publish(self, weights: dict | None = None) -> None:
         """The online weights (or a copy of them, `weights`) become policy version + 1 at the source. Called from the
@@ -270,18 +298,24 @@ class Learner:
             self.log(f"replay buffer grows to {capacity} transitions")
             resize_buffers(self.buffer, self.buffer_test, self.cfg, capacity)
 
-    def _apply_training_settings(self) -> None:
-        """The live config and the schedules (lr by frames played) where the step reads them; redone only when the
-        config or the frame count moved (a race ingested)."""
-        cfg = self.cfg
-        key = (id(cfg), self.stats.frames_played)
+    def step_settings(self) -> tuple:
+        """(config, learning rate) of the next train step: the live config and the lr of its schedule at the frames
+        played (a learner group pins both between its agreements, so that every rank steps alike: learner_group/)."""
+        return self.cfg, self.schedules()["lr"]
+
+    def _apply_training_settings(self):
+        """The step's settings (`step_settings`) where the step reads them, redone only when they moved; returns the
+        config in force."""
+        cfg, lr = self.step_settings()
+        key = (id(cfg), lr)
         if key == self._settings_applied:
-            return
+            return cfg
         self.trainer.cfg = cfg
-        set_optimizer_hyperparameters(self.optimizer, cfg, self.schedules()["lr"])
+        set_optimizer_hyperparameters(self.optimizer, cfg, lr)
         self.buffer.update_config(cfg)
         self.buffer_test.update_config(cfg)
         self._settings_applied = key
+        return cfg
 
     # ------------------------------------------------------------------------------------ rollouts in
     def ingest_envelope(self, envelope) -> dict:
@@ -396,8 +430,7 @@ class Learner:
         hidden-test batch, which uses no credit. False when there was nothing to do. The training thread's work."""
         if not self.can_train():
             return False
-        self._apply_training_settings()
-        cfg = self.cfg
+        cfg = self._apply_training_settings()
         start = time.perf_counter()
         is_test, batch = self.batches.next()
         loss, grad_norm, per_sample = self.trainer.train_on_tensors(batch, do_learn=not is_test)

@@ -81,11 +81,12 @@ def _missing_extra(extra: str, error: ImportError) -> ConfigError:
     return ConfigError(f'this run needs the optional "{extra}" install ({error}); install it with: pip install -e ".[{extra}]"')
 
 
-def build_sources(context: SourceContext, collectors_count: int) -> RolloutSource:
-    """The run's rollout source: the local collectors (if any), then the remote sources configured, as one."""
+def build_sources(context: SourceContext, collectors_count: int, producers: int | None = None) -> RolloutSource:
+    """The run's rollout source: the local collectors (if any), then the remote sources configured, as one. A learner
+    group's rank 0 runs the first `collectors_count` of the run's `producers` local collectors."""
     sources: list[RolloutSource] = []
     if collectors_count > 0:
-        sources.append(local_source(context, collectors_count))
+        sources.append(local_source(context, collectors_count, 0, producers))
     cfg, options = context.live.current, context.options
     if ray_address(options, cfg) is not None:
         try:
@@ -104,8 +105,11 @@ def build_sources(context: SourceContext, collectors_count: int) -> RolloutSourc
     return sources[0] if len(sources) == 1 else CombinedSources(sources)
 
 
-def local_source(context: SourceContext, collectors_count: int) -> LocalCollectorSource:
-    """`collectors_count` collector processes sharing one lock-guarded network, not started."""
+def local_source(
+    context: SourceContext, collectors_count: int, first_producer: int = 0, producers: int | None = None
+) -> LocalCollectorSource:
+    """`collectors_count` collector processes sharing one lock-guarded network, not started. They play as producers
+    `first_producer`... of `producers` (default: this pool alone; a learner group's ranks share the numbers)."""
     cfg = context.live.current
     ctx = torch_mp.get_context("spawn")
     shared = SharedNetwork(make_network(cfg, context.layout, len(cfg.inputs), "cpu"), ctx)
@@ -115,7 +119,16 @@ def local_source(context: SourceContext, collectors_count: int) -> LocalCollecto
     pool = CollectorPool(
         ctx,
         collector_main,
-        args=(str(context.live_path), context.game_backend, collectors_count, shared, frames_played, pause_event, idle_flags),
+        args=(
+            str(context.live_path),
+            context.game_backend,
+            producers or collectors_count,
+            shared,
+            frames_played,
+            pause_event,
+            idle_flags,
+            first_producer,
+        ),
         count=collectors_count,
         queue_size=cfg.max_rollout_queue_size,
         log=context.log,

@@ -15,6 +15,7 @@ from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
 from trackmania_rl.learner.cores import LearnerThreads, auto_collectors
+from trackmania_rl.learner.group_hooks import GroupHooks
 from trackmania_rl.learner.held_out import HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.run_folder import LIVE_CONFIG, RunLock, StopSignals, install_live_config, move_run_aside, validate_run_name
@@ -42,6 +43,7 @@ class TrainOptions:
     listen: str | None = None  # overrides http_listen: HOST:PORT of the HTTP endpoint for external game clients
     new_token: bool = False  # replace the run's HTTP token
     seed: int | None = None  # the run's seed, written into a new run's live config; a resumed run must match it
+    learners: int = 1  # data-parallel learner ranks (learner_group/; scripts/train.py builds the group when > 1)
     status_line: bool = True
 
 
@@ -153,14 +155,18 @@ class _Run:
     threads: LearnerThreads | None = None
     training: TrainingThread | None = None
     no_source_left: bool = False  # the run stopped because no collector was left: it exits 1 after its save
+    group: GroupHooks = GroupHooks()  # the run's learners: this one, or a learner group (learner_group/)
+    failure: str | None = None  # why the learner group stopped the run (a rank died or hung): exit 1 after the save
 
 
-def run_training(options: TrainOptions) -> int:
+def run_training(options: TrainOptions, group: GroupHooks | None = None) -> int:
     """Train until --max-minutes or SIGINT/SIGTERM. 0 after a complete final save, 1 if it failed or if the run
-    stopped because no collector was left.
+    stopped because no collector was left or a rank of its learner group failed (`group`: learner_group/).
     ConfigError, CheckpointError and RunFolderError (bad run name, run locked) come out before anything changed."""
     signals = StopSignals().install()  # first: a signal at any later stage stops the run cleanly
     run = _Run()
+    if group is not None:
+        run.group = group
     try:
         try:
             _start(options, run, signals)
@@ -170,13 +176,13 @@ def run_training(options: TrainOptions) -> int:
             exit_reason = "interrupted" if run.learner is not None and run.source is not None else "interrupted during start-up"
         signals.begin_shutdown()
         code = _shutdown(run, exit_reason)
-        return 1 if run.no_source_left else code
+        return 1 if run.no_source_left or run.failure else code
     except BaseException:
         signals.begin_shutdown()
         if run.learner is not None:
             _shutdown(run, "stopped by an error")
         else:  # start-up refused (a checkpoint from another config...): close what was opened, quietly
-            for close in (run.source.stop if run.source else None, run.logger.close if run.logger else None):
+            for close in (run.source.stop if run.source else None, run.logger.close if run.logger else None, run.group.close):
                 try:
                     if close is not None:
                         close()
@@ -210,21 +216,23 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     layout = float_layout_for(cfg, user.game_backend)
     collectors_count = local_collectors(options, cfg, device)
     context = SourceContext(options, live, live_path, user.game_backend, layout, run_dir, log)
-    run.source = source = build_sources(context, collectors_count)  # nothing started yet
-    sources = " + ".join(([f"{collectors_count} local collector(s)"] if collectors_count else []) + remote_source_names(options, cfg))
+    here = run.group.collectors_here(collectors_count, context, device)  # a learner group's rank 0: its share
+    run.source = source = build_sources(context, here, producers=collectors_count)  # nothing started yet
+    sources = " + ".join(([f"{here} local collector(s)"] if here else []) + remote_source_names(options, cfg))
     log(f"run {options.run_name}: device {device}, {sources}, game {user.game_backend}, saves in {run_dir}")
 
     log(keep_freed_memory_for_reuse())  # before the precision probe and the first train steps
     # One torch thread per core left over by the games on this machine, more while paced collectors idle (cores.py)
-    run.threads = LearnerThreads(os.cpu_count() or 1, games_on_this_machine(options, cfg, collectors_count))
+    run.threads = run.group.learner_threads(os.cpu_count() or 1, games_on_this_machine(options, cfg, collectors_count))
     run.logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
-    run.learner = Learner(live, layout, device, run_dir, source=source, logger=run.logger, log=log, resume=True)
+    run.learner = run.group.make_learner(live, layout, device, run_dir, source, run.logger, log)
     run.held_out = HeldOutEvaluation(run_dir, user.game_backend, log, run.logger)
     run.live = live
+    signals.defer()  # a signal while collectors (and a learner group's ranks) spawn is noted, and acted on right after
+    run.group.start(run.learner)
     source.learner_progress(run.learner.stats.frames_played, run.learner.stats.batches_done)
-    signals.defer()  # a signal while collectors spawn is noted, and acted on right after (start_loop)
     source.start()
-    run.training = TrainingThread(run.learner, wanted_threads=lambda: run.threads.current)
+    run.training = run.group.training_thread(run.learner, wanted_threads=lambda: run.threads.current)
     run.training.start()
 
 
@@ -253,6 +261,10 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
     try:
         while not signals.requested:
             training.check()
+            failure = run.group.poll(learner)  # a learner group: the other ranks' progress, or one that failed
+            if failure is not None:
+                run.failure = failure
+                return failure
             if deadline is not None and time.perf_counter() >= deadline:
                 return "time limit reached"
             live.reload()
@@ -286,6 +298,9 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
                 figures = source.scalars()
                 if figures and run.logger is not None:
                     run.logger.scalars("sources", figures, learner.stats.frames_played)
+                figures = run.group.scalars()
+                if figures and run.logger is not None:
+                    run.logger.scalars("learner_group", figures, learner.stats.frames_played)
                 last_aggregate = time.perf_counter()
             if saves.due(learner):
                 status.clear()
@@ -325,6 +340,7 @@ def _shutdown(run: _Run, exit_reason: str) -> int:
                 log(f"last aggregate log failed: {_describe(e)}")
             code = final_save(run.learner)
     finally:
+        run.group.close()
         if run.held_out is not None:
             try:
                 run.held_out.close()

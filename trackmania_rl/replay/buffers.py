@@ -33,6 +33,7 @@ from torchrl.data import ReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from trackmania_rl.games.float_layout import FloatLayout
+from trackmania_rl.replay.experience import Experience
 from trackmania_rl.replay.mini_race import MiniRaceTransform
 from trackmania_rl.replay.samplers import PrioritizedSampler, UniformSampler
 from trackmania_rl.replay.storage import (
@@ -200,6 +201,24 @@ def load_buffer(buffer: TransitionReplayBuffer, path: str | Path, n_actions: int
     The saved buffer may have another capacity: the newest transitions that fit are kept, in FIFO order.
     """
     buffer.load_state_dict(read_buffer_file(path, n_actions), n_actions)
+
+
+def append_saved_buffer(buffer: TransitionReplayBuffer, state_dict: dict[str, Any], n_actions: int | None = None) -> None:
+    """Add a saved buffer's transitions after the buffer's own, as newer ones (the oldest are evicted when it is full;
+    the added ones get fresh priorities): a learner group's shards merged into fewer learners. Checked first as
+    `load_state_dict` checks (InvalidBufferFile, ValueError for other frames, floats or n_steps; nothing changes then)."""
+    check_saved_buffer(state_dict, n_actions)
+    saved, storage = state_dict["storage"], buffer.storage
+    if (tuple(saved["frame_shape"]), int(saved["float_dim"]), int(saved["n_steps"])) != (
+        storage.frame_shape,
+        storage.float_dim,
+        storage.n_steps,
+    ):
+        raise ValueError(
+            f"saved buffer holds frames {tuple(saved['frame_shape'])}, {saved['float_dim']} floats and n_steps={saved['n_steps']}; "
+            f"this buffer expects {storage.frame_shape}, {storage.float_dim} and n_steps={storage.n_steps}"
+        )
+    buffer.extend(Experience(**{name: tensor.numpy() for name, tensor in saved["content"].items()}))
 
 
 def make_buffer(

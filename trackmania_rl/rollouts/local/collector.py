@@ -32,7 +32,7 @@ def _parent_alive() -> bool:
     return parent is None or parent.is_alive()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Linux: have the kernel kill this process if the learner dies, even by SIGKILL (no orphan
     collectors). Elsewhere the collector notices a dead parent between races and while waiting to put."""
     try:
@@ -56,11 +56,14 @@ def collector_main(
     frames_played,
     pause_event,
     idle_flags=None,
+    first_producer=0,
 ):
     """Process entry point. Never returns while the run goes on; exceptions other than game crashes end
-    the process with a traceback, and the learner's pool restarts it."""
+    the process with a traceback, and the learner's pool restarts it. `index` is the collector's slot in its
+    pool; it plays as producer `first_producer + index` of `collectors_count` (a learner group's ranks each run
+    a pool: their collectors play distinct seeds and shares of the map cycle)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle; it stops us
-    _die_with_parent()
+    die_with_parent()
     if not _parent_alive():  # the learner died before the death signal was armed
         return
 
@@ -71,17 +74,19 @@ def collector_main(
     set_idle(False)  # a restarted collector loads on its core: not idle, whatever its predecessor said
     use_acting_torch_settings()  # one thread, batch-1 convolutions without oneDNN (faster; this process only)
 
+    producer = first_producer + index
+
     def log(message: str) -> None:
-        print(f"[collector {index}] {message}", flush=True)
+        print(f"[collector {producer}] {message}", flush=True)
 
     # A restart while the run's config file is broken starts from the last text that loaded (kept beside
     # the file by every collector): no crash loop, and the learner keeps its previous config too (DESIGN §6).
     live = LiveConfig(config_path, game_backend=game_backend, log=log, last_good_path=last_good_path_for(config_path))
-    seed = producer_seed(live.current.seed, index)
+    seed = producer_seed(live.current.seed, producer)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    player = RacePlayer(live.current, game_backend, shared_network, index, collectors_count, SOURCE_NAME, log)
+    player = RacePlayer(live.current, game_backend, shared_network, producer, collectors_count, SOURCE_NAME, log)
     log(f"ready: {type(player.game).__name__}, policy version {player.policy.version}, jit {live.current.use_jit}")
 
     def beat() -> None:

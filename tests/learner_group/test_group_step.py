@@ -1,0 +1,121 @@
+"""One step of a learner group: the ranks' averaged gradients make the step of one learner on both batches, every rank
+ends with the same weights bit for bit, a non-finite gradient on one rank makes every rank skip the step, and the
+group's sockets listen on its address only. Real gloo groups on
+loopback, rank 1 in a spawned process."""
+
+import ipaddress
+import multiprocessing
+import os
+import socket
+from pathlib import Path
+
+import torch
+
+from tests.learner_group import helpers
+from trackmania_rl.learner import checkpoint as ckpt
+from trackmania_rl.learner_group.agreement import plan_of
+from trackmania_rl.learner_group.coordinator import split_collectors
+from trackmania_rl.learner_group.gradients import GradientExchange
+from trackmania_rl.learner_group.rendezvous import GroupConnection, LearnerGroupError, StoreServer
+
+
+def _listening(pid: int) -> set[str]:
+    """The addresses the TCP sockets of process `pid` listen on (Linux /proc)."""
+    return {address for address, _ in listening_sockets(pid)}
+
+
+def listening_sockets(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket of process `pid` that listens (Linux /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                raw = bytes.fromhex(fields[1].split(":")[0])
+                words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # per 32-bit word, host order
+                address = ipaddress.ip_address(words if family == socket.AF_INET6 else raw[::-1])
+                mapped = getattr(address, "ipv4_mapped", None)
+                found.add((str(mapped or address), int(fields[1].split(":")[1], 16)))
+    return found
+
+
+def test_two_ranks_step_as_one_learner_on_both_batches_skip_a_non_finite_step_together_and_listen_on_loopback_only():
+    cfg = helpers.tiny_cfg()
+    before = _listening(os.getpid())
+    server = StoreServer(helpers.HOST, 2, helpers.TIMEOUT_S)
+    context = multiprocessing.get_context("spawn")
+    replies, done = context.Queue(), context.Event()
+    child = context.Process(target=helpers.step_as_rank, args=(1, server.port, replies, done))
+    child.start()
+    try:
+        connection = GroupConnection.join(server.store, 0, 2, helpers.HOST, helpers.TIMEOUT_S, "cpu")
+        rank0 = helpers.trainer(cfg)
+        rank0.gradient_exchange = GradientExchange(connection.gradients, 2, rank0.online.parameters())
+        own = helpers.batch(cfg, seed=100)
+        rank0.train_on_tensors(own)
+        after_one = ckpt.weights_digest(rank0.online.state_dict())
+        rank0.train_on_tensors(helpers.batch(cfg, seed=200))  # a fine batch here, rank 1's holds a NaN
+        child_pid, child_digest, child_after_two, child_skipped = replies.get(timeout=120)
+
+        # every rank holds the same weights, bit for bit
+        assert after_one == child_digest
+        # one rank's non-finite gradient reaches every rank through the average: every rank skips that step
+        assert rank0.nonfinite_steps_skipped == child_skipped == 1
+        assert ckpt.weights_digest(rank0.online.state_dict()) == child_after_two == after_one
+        # ... those of one learner's step on both ranks' batches (the mean loss over 2 x 8 transitions)
+        other = helpers.batch(cfg, seed=101)
+        one = helpers.trainer(cfg)
+        one.train_on_tensors({key: torch.cat([own[key], other[key]]) for key in own})
+        alone = helpers.trainer(cfg)
+        alone.train_on_tensors(own)
+        grouped, single, own_only = (list(t.online.parameters()) for t in (rank0, one, alone))
+        assert all(torch.allclose(g, o, rtol=1e-5, atol=1e-6) for g, o in zip(grouped, single, strict=True))
+        assert not all(torch.allclose(g, a, rtol=1e-5, atol=1e-6) for g, a in zip(grouped, own_only, strict=True))
+        assert rank0.gradient_exchange.exchanges == 2
+
+        # the store, both ranks' gloo devices: on the loopback address the group was given, never on every interface
+        opened = (_listening(os.getpid()) - before) | _listening(child_pid)
+        assert opened == {helpers.HOST}, opened
+    finally:
+        done.set()
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+        server.close()
+    assert child.exitcode == 0
+
+
+def _table(*rows):
+    # credit, pause, stop, frames, config generation, save number, digest, batches done
+    return [list(row) for row in rows]
+
+
+def test_the_agreement_takes_the_least_credit_and_holds_every_rank_on_a_pause_or_stop():
+    plan = plan_of(_table((9, 0, 0, 100, 3, 2, 0, 40), (2, 0, 0, 50, 0, 0, 0, 40)), max_chunk=4)
+    assert (plan.steps, plan.frames, plan.config_generation, plan.save_number, plan.digests) == (2, 150, 3, 2, None)
+    assert plan_of(_table((9, 0, 0, 0, 1, 0, 0, 7), (9, 0, 0, 0, 0, 0, 0, 7)), max_chunk=4).steps == 4
+    assert plan_of(_table((9, 0, 0, 0, 1, 0, 0, 7), (9, 1, 0, 0, 0, 0, 0, 7)), max_chunk=4).steps == 0  # rank 1 pauses
+    stopped = plan_of(_table((9, 0, 1, 0, 1, 0, 0, 7), (9, 0, 0, 0, 0, 0, 0, 7)), max_chunk=4)
+    assert stopped.stop and stopped.steps == 0
+    assert plan_of(_table((1, 0, 0, 0, 1, 0, 11, 7), (1, 0, 0, 0, 0, 0, 12, 7)), max_chunk=4).digests == [11, 12]
+    try:
+        plan_of(_table((1, 0, 0, 0, 1, 0, 0, 7), (1, 0, 0, 0, 0, 0, 0, 8)), max_chunk=4)
+    except LearnerGroupError as e:
+        assert "out of step" in str(e)
+    else:
+        raise AssertionError("ranks with different batch counts were not refused")
+
+
+def test_local_collectors_are_split_between_ranks_others_first_when_rank0_has_a_remote_source():
+    assert split_collectors(5, 2, rank0_has_remote=False) == [3, 2]
+    assert split_collectors(1, 2, rank0_has_remote=False) == [1, 0]
+    assert split_collectors(1, 2, rank0_has_remote=True) == [0, 1]
+    assert split_collectors(4, 3, rank0_has_remote=True) == [1, 2, 1]

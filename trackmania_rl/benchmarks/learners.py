@@ -1,0 +1,239 @@
+"""Data-parallel learners (issue 29): how much more two ranks learn than one, and what a gradient exchange costs.
+
+Real CarRacing races are recorded first (benchmarks/recorded_races.py) and replayed into real learners
+(benchmarks/absorb.py's ReplaySource): each learner is a spawned process with one torch thread, the default config
+(float32 steps, so that every configuration runs the same arithmetic) and a replay ratio so high that its training
+thread never runs out of credit, its buffers filled once before timing. Three processes live through the benchmark:
+one learner alone (learner/learner.py with its TrainingThread: what `--learners 1` runs) and the two ranks of a
+group (learner_group/: RankLearner, GroupTrainingThread, gloo on loopback). Their training threads stay paused
+except during their windows, which alternate (alone, group, alone, ...) so that both see the same machine.
+- `learners.scaling_2`: learned transitions/s (learning batches x batch size, summed over the ranks) of the two ranks
+  ÷ those of the learner alone, same per-rank batch; median of the windows' pairs. Target >= 1.8 (each added
+  learner at least 0.8 of one).
+- `learners.scaling_4` (machines of 4 cores or more): the same with a group of four ranks (target >= 3.4).
+- `learners.independent_2`: the machine's own ceiling for two: two learners alone, unrelated, training at the same
+  time (their transitions/s summed) ÷ one learner alone, in the same alternation. What scaling_2 loses below it is the
+  group's (exchanges, agreements, waiting for the slower rank); what it loses below 2 is the machine's (shared caches
+  and memory bandwidth, clock).
+- `learners.allreduce_ms`: one gradient exchange of the default network (GradientExchange: one all_reduce of every
+  gradient, flattened, between the two ranks), median of 100 after the windows.
+- `learners.agreement_ms`: one agreement round before a chunk of steps (an all_gather of 8 integers), median of 100.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from trackmania_rl.benchmarks.absorb import RECORDING_FRAMES_PLAYED, ReplaySource, _fill_once
+from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, default_config_copy
+from trackmania_rl.benchmarks.recorded_races import SHIPPED_WEIGHTS, record_races
+from trackmania_rl.config.live import LiveConfig
+from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.learner import Learner
+from trackmania_rl.learner.training_thread import TrainingThread
+from trackmania_rl.learner_group.agreement import FIELDS, Agreement
+from trackmania_rl.learner_group.gradients import GradientExchange
+from trackmania_rl.learner_group.rank_learner import RankLearner
+from trackmania_rl.learner_group.rendezvous import GroupConnection, StoreServer, connect_store
+from trackmania_rl.learner_group.training_thread import GroupTrainingThread, take_rank0_state
+
+HOST = "127.0.0.1"
+TIMEOUT_S = 300.0
+UNLIMITED_REPLAY_RATIO = 1_000_000
+EXCHANGES = 100
+
+
+def _quiet(message: str) -> None:
+    return None
+
+
+def learner_process(rank: int, ranks: int, port: int, config_path: str, races: list, workdir: str, commands, replies) -> None:
+    """One learner of the benchmark (alone when `ranks` is 1), driven by `commands`: ("run", seconds) trains that long
+    and replies (learning batches, seconds); ("exchanges", n) stops training and times n gradient exchanges and n
+    agreement rounds (ms); ("exit", None) ends."""
+    torch.set_num_threads(1)
+    live = LiveConfig(Path(config_path), game_backend=GAME_BACKEND, log=_quiet)
+    layout = float_layout_for(live.current)
+    source = ReplaySource(races)
+    device = torch.device("cpu")
+    folder = Path(workdir) / f"learner_{ranks}_{rank}"
+    if ranks == 1:
+        learner = Learner(live, layout, device, folder, source=source, log=_quiet, resume=False)
+        thread = TrainingThread(learner, wanted_threads=lambda: 1)
+    else:
+        store = connect_store(HOST, port, ranks, TIMEOUT_S)
+        connection = GroupConnection.join(store, rank, ranks, HOST, TIMEOUT_S, device)
+        learner = RankLearner(live, layout, device, folder, rank=rank, ranks=ranks, source=source, log=_quiet, resume=False)
+        learner.trainer.gradient_exchange = GradientExchange(connection.gradients, ranks, learner.online.parameters())
+        take_rank0_state(learner, connection)  # every rank starts from rank 0's weights, as in a run
+        thread = GroupTrainingThread(learner, connection, wanted_threads=lambda: 1, log=_quiet)
+    _fill_once(learner, source)
+    thread.start()
+    pause = thread.paused()
+    pause.__enter__()
+    replies.put(("ready", learner.precision.name, learner.cfg.batch_size, len(learner.buffer)))
+    while True:
+        command, value = commands.get()
+        if command == "run":
+            pause.__exit__(None, None, None)
+            start, batches = time.perf_counter(), learner.stats.batches_done
+            time.sleep(value)
+            pause = thread.paused()
+            pause.__enter__()
+            replies.put(("ran", learner.stats.batches_done - batches, time.perf_counter() - start))
+        elif command == "exchanges":
+            thread.stop()  # the group's last round: the pg is the main thread's from here on
+            pause.__exit__(None, None, None)
+            thread.check()
+            exchange, agreement = learner.trainer.gradient_exchange, Agreement(connection.training, rank, ranks, 4)
+            row = dict.fromkeys(FIELDS, 0)
+            exchange_ms, agreement_ms = [], []
+            for _ in range(value):
+                start = time.perf_counter()
+                exchange()
+                exchange_ms.append(1000 * (time.perf_counter() - start))
+                start = time.perf_counter()
+                agreement.round({**row, "batches_done": learner.stats.batches_done})
+                agreement_ms.append(1000 * (time.perf_counter() - start))
+            replies.put(("exchanges", statistics.median(exchange_ms[10:]), statistics.median(agreement_ms[10:]), exchange.flat.numel()))
+        elif command == "exit":
+            thread.stop()
+            learner.batches.close()
+            return
+
+
+class _Learners:
+    """The processes of one configuration (1 or 2 ranks)."""
+
+    def __init__(self, ranks: int, config_path: Path, races: list, workdir: Path):
+        context = multiprocessing.get_context("spawn")
+        self.server = StoreServer(HOST, ranks, TIMEOUT_S) if ranks > 1 else None
+        port = self.server.port if self.server is not None else 0
+        self.channels = [(context.Queue(), context.Queue()) for _ in range(ranks)]
+        self.processes = [
+            context.Process(target=learner_process, args=(k, ranks, port, str(config_path), races, str(workdir), *self.channels[k]))
+            for k in range(ranks)
+        ]
+        for process in self.processes:
+            process.start()
+        self.ready = [replies.get(timeout=TIMEOUT_S) for _, replies in self.channels]
+
+    def ask(self, command: str, value) -> list:
+        self.send(command, value)
+        return self.replies()
+
+    def send(self, command: str, value) -> None:
+        for commands, _ in self.channels:
+            commands.put((command, value))
+
+    def replies(self) -> list:
+        return [replies.get(timeout=TIMEOUT_S) for _, replies in self.channels]
+
+    def close(self) -> None:
+        for (commands, _), process in zip(self.channels, self.processes, strict=True):
+            if process.is_alive():
+                commands.put(("exit", None))
+        for process in self.processes:
+            process.join(60)
+            if process.is_alive():
+                process.kill()
+        if self.server is not None:
+            self.server.close()
+
+
+def run(args):
+    if getattr(args, "device", "cpu") != "cpu":
+        raise SystemExit("benchmark.py learners measures CPU ranks (gloo); it has no --device")
+    quick = args.quick
+    rounds, window_s = (2, 6.0) if quick else (4, 12.0)
+    workdir = Path(tempfile.mkdtemp(prefix="learners_benchmark_"))
+    groups: list[_Learners] = []
+    try:
+        config_path, live = default_config_copy(workdir)
+        races, _ = record_races(live.current, GAME_BACKEND, 3 if quick else 6, SHIPPED_WEIGHTS, RECORDING_FRAMES_PLAYED)
+        config_path.write_text(
+            config_path.read_text()
+            + f'\nnumber_times_single_memory_is_used_before_discard = {UNLIMITED_REPLAY_RATIO}\ntraining_precision = "float32"\n'
+        )
+        alone = _Learners(1, config_path, races, workdir)
+        other = _Learners(1, config_path, races, workdir)  # with `alone`: two unrelated learners at once
+        pair = _Learners(2, config_path, races, workdir)
+        groups += [alone, other, pair]
+        kinds = {"alone": alone, "pair": pair}
+        if (os.cpu_count() or 1) >= 4:
+            kinds["quad"] = _Learners(4, config_path, races, workdir)
+            groups.append(kinds["quad"])
+        batch_size = alone.ready[0][2]
+        rates: dict[str, list[float]] = {kind: [] for kind in [*kinds, "independent"]}
+        load = [os.getloadavg()[0]]
+        for k in range(rounds):
+            order = [*kinds, "independent"]
+            for kind in order if k % 2 == 0 else order[::-1]:
+                if kind == "independent":
+                    alone.send("run", window_s)
+                    other.send("run", window_s)
+                    rates[kind].append(sum(b * batch_size / s for _, b, s in alone.replies() + other.replies()))
+                else:
+                    learners = kinds[kind]
+                    _, batches, seconds = learners.ask("run", window_s)[0]  # rank 0's count: the ranks step together
+                    rates[kind].append(len(learners.processes) * batches * batch_size / seconds)
+            load.append(os.getloadavg()[0])
+        ratios = [two / one for one, two in zip(rates["alone"], rates["pair"], strict=True)]
+        ceiling = [two / one for one, two in zip(rates["alone"], rates["independent"], strict=True)]
+        yield {
+            "figure": "learners.scaling_2",
+            "value": round(statistics.median(ratios), 3),
+            "unit": "ratio",
+            "target": ">= 1.8",
+            "learned_transitions_per_s_1": [round(r) for r in rates["alone"]],
+            "learned_transitions_per_s_2": [round(r) for r in rates["pair"]],
+            "pair_ratios": [round(r, 3) for r in ratios],
+            "batch_size": batch_size,
+            "precision": alone.ready[0][1],
+            "threads_per_rank": 1,
+            "window_s": window_s,
+            "cores": os.cpu_count(),
+            "load_average_1min": [round(x, 2) for x in load],
+        }
+        if "quad" in rates:
+            quad = [four / one for one, four in zip(rates["alone"], rates["quad"], strict=True)]
+            yield {
+                "figure": "learners.scaling_4",
+                "value": round(statistics.median(quad), 3),
+                "unit": "ratio",
+                "target": ">= 3.4",
+                "learned_transitions_per_s_4": [round(r) for r in rates["quad"]],
+                "pair_ratios": [round(r, 3) for r in quad],
+            }
+        yield {
+            "figure": "learners.independent_2",
+            "value": round(statistics.median(ceiling), 3),
+            "unit": "ratio",
+            "learned_transitions_per_s_two_alone": [round(r) for r in rates["independent"]],
+            "pair_ratios": [round(r, 3) for r in ceiling],
+        }
+        replies = pair.ask("exchanges", EXCHANGES)
+        _, exchange_ms, agreement_ms, floats = replies[0]
+        yield {
+            "figure": "learners.allreduce_ms",
+            "value": round(exchange_ms, 3),
+            "unit": "ms",
+            "gradient_floats": floats,
+            "gradient_mb": round(4 * floats / 2**20, 2),
+            "ranks": 2,
+            "backend": "gloo (loopback)",
+            "exchanges": EXCHANGES,
+        }
+        yield {"figure": "learners.agreement_ms", "value": round(agreement_ms, 3), "unit": "ms", "ranks": 2}
+    finally:
+        for learners in groups:
+            learners.close()
+        shutil.rmtree(workdir, ignore_errors=True)
