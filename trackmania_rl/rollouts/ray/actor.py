@@ -145,11 +145,11 @@ class _TimedPolicy:
 
 
 class CollectorActor:
-    def __init__(self, index: int, actors_count: int, games: int, game_backend: str, store):
+    def __init__(self, index: int, actors_count: int, games: int, game_backend: str, store_name: str):
         use_acting_torch_settings()  # one torch thread, the collector's acting settings
         self.index = index
         self.incarnation = uuid.uuid4().hex[:12]
-        self.store = store
+        self.store = store = ray.get_actor(store_name)  # by name: see policy_store.py
         self.timings = Timings()
         self.weights = StoreWeights(store, self.timings)
         self.game_backend = game_backend

@@ -79,7 +79,7 @@ class RaySource(RolloutSource):
         self.owns_connection = owns_connection  # this source connected the process to the cluster: it disconnects
         self.weights_ref = None  # the last published weights object
         self._cfg = live.current
-        self.store = start_policy_store(config_to_values(self._cfg))
+        self.store, self.store_name = start_policy_store(config_to_values(self._cfg))
         self.slots: list[ActorSlot] = []
         self.pending: deque[PendingRace] = deque()
         self.version = 0
@@ -103,7 +103,7 @@ class RaySource(RolloutSource):
             scheduling_strategy="SPREAD",
         )
         for index in range(self.actors_count):
-            handle = remote.remote(index, self.actors_count, self.games_per_actor, self.game_backend, self.store)
+            handle = remote.remote(index, self.actors_count, self.games_per_actor, self.game_backend, self.store_name)
             self.slots.append(ActorSlot(index, handle))
         for slot in self.slots:
             self._ask(slot)
