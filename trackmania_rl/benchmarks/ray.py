@@ -11,25 +11,38 @@
   whether each actor's arrays are read-only views of the object store (no private copy).
 - `ray.ingest_fraction`: learner time to take one race (`source.get`: ray.get, array views back into lists) and
   store it (`ingest_envelope`) ÷ that race's play time. Median. Target <= 0.02.
-- `ray.actions_per_s_per_actor_k{K}`: one actor playing K games side by side (ray_games_per_actor), K = 1, 2, 4.
+- `ray.actions_per_s_per_actor_k{K}`: one actor playing K games (ray_games_per_actor: K game processes, one
+  batched inference over the observations that are ready), K = 1, 2, and 4 where the machine has 4 cores; and
+  `ray.k2_over_k1`: the median of back-to-back pairs' ratios (target >= 1.8 on 2 cores).
+  `ray.one_actor_k2_over_two_actors_k1`: one actor with 2 games ÷ 2 actors with one game each, paired the same
+  way: what K buys over one actor per game.
+- `ray.decision_us_per_observation_b{B}`: the actor's batched decision (`MeanQAtFixedTaus.batch`, default config,
+  one thread) for B = 1, 2, 4, 8 observations, ÷ B; warm (the actor renders nothing), medians. With a CUDA GPU
+  also `..._cuda`: IQNNetwork.forward at the midpoint fractions on the GPU, transfers included.
 - the per-rollout and per-publish costs docs/cluster.md's estimate starts from: race MB, publish ms and MB.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import ray
 import torch
 import torch.multiprocessing as torch_mp
 
+from trackmania_rl.agents.acting import acting_torch_settings, make_inference_network
+from trackmania_rl.agents.exploration import midpoint_taus
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, default_config_copy, local_actions_per_s, measure_ingest, source_actions_per_s
+from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
+from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
 from trackmania_rl.rollouts.ray import cluster
@@ -136,6 +149,104 @@ def weight_copies_per_node(source: RaySource, version: int, weights: dict) -> di
     }
 
 
+def _games_per_actor_figures(live, weights, window_s: float, repeats: int):
+    """One actor with K = 1, 2 (4) games, and 2 actors of one game, in rotated order per repeat (the machine's speed
+    drifts between repeats by more than the margins compared here)."""
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    kinds = {"k1": (1, 1), "k2": (1, 2), "two_actors_k1": (2, 1)}  # (actors, games per actor)
+    if cpus >= 4:
+        kinds["k4"] = (1, 4)
+    names = list(kinds)
+    runs: dict[str, list[float]] = {name: [] for name in names}
+    for repeat in range(repeats):
+        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
+            actors, games = kinds[name]
+            runs[name].append(_run_ray(live, weights, actors, window_s, games=games))
+    for games in (1, 2, 4):
+        name = f"k{games}"
+        if name not in runs:
+            reason = f"an actor with {games} games reserves {games} CPUs; this machine has {cpus}"
+            yield {"figure": f"ray.actions_per_s_per_actor_{name}", "value": None, "unit": "actions/s", "skipped": reason}
+            continue
+        figure = {"figure": f"ray.actions_per_s_per_actor_{name}", "value": round(statistics.median(runs[name]), 1), "unit": "actions/s"}
+        yield {**figure, "games": games, "runs": [round(r, 1) for r in runs[name]], "window_s": window_s}
+    pairs = [k2 / k1 for k2, k1 in zip(runs["k2"], runs["k1"], strict=True)]
+    yield {"figure": "ray.k2_over_k1", "value": round(statistics.median(pairs), 3), "unit": "ratio", "target": ">= 1.8 on 2 cores",
+           "paired_ratios": [round(r, 3) for r in pairs]}  # fmt: skip
+    pairs = [k2 / two for k2, two in zip(runs["k2"], runs["two_actors_k1"], strict=True)]
+    yield {
+        "figure": "ray.one_actor_k2_over_two_actors_k1",
+        "value": round(statistics.median(pairs), 3),
+        "unit": "ratio",
+        "paired_ratios": [round(r, 3) for r in pairs],
+        "two_actors_runs": [round(r, 1) for r in runs["two_actors_k1"]],
+    }
+
+
+def _recorded_observations(cfg, layout, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """`count` frames rendered by the game, with floats around the layout's mean: what an actor decides on."""
+    game = CarRacingGameInstance(cfg)
+    rng = np.random.default_rng(0)
+    frames = []
+    try:
+        game.env.reset(seed=0)
+        while len(frames) < count:
+            frames.append(game.convert_frame(game.env.render_state_pixels()))
+            for _ in range(cfg.physics_steps_per_action):
+                game.env.step(game.controls[int(rng.integers(len(game.controls)))])
+    finally:
+        game.close()
+    floats = (layout.mean + layout.std * rng.standard_normal((count, layout.dim))).astype(np.float32)
+    return np.stack(frames), floats
+
+
+def _batched_decision_figures(cfg, layout, batches=(1, 2, 4, 8), rounds: int = 300):
+    """The decision cost per observation of a batch of B (the actor's `MeanQAtFixedTaus.batch`), the batches
+    alternated in rotated order, each on other recorded observations; on a CUDA GPU also forward there."""
+    frames, floats = _recorded_observations(cfg, layout, 64)
+    times: dict[int, list[int]] = {b: [] for b in batches}
+    with acting_torch_settings():
+        network = make_inference_network(cfg, layout, len(cfg.inputs), jit=False)
+        program = network.mean_q_at(midpoint_taus(cfg.iqn_k), max_batch=max(batches))
+        for k in range(rounds):
+            for b in batches[k % len(batches) :] + batches[: k % len(batches)]:
+                start_row = (k * b) % (len(frames) - b)
+                rows = slice(start_row, start_row + b)
+                start = time.perf_counter_ns()
+                program.batch(frames[rows], floats[rows])
+                times[b].append(time.perf_counter_ns() - start)
+    for b in batches:
+        yield {
+            "figure": f"ray.decision_us_per_observation_b{b}",
+            "value": round(statistics.median(times[b]) / 1e3 / b, 1),
+            "unit": "us",
+            "batch": b,
+            "path": "acting program (MeanQAtFixedTaus.batch), CPU, 1 thread, warm",
+        }
+    device = choose_device("auto")
+    if device.type != "cuda":
+        yield {"figure": "ray.decision_us_per_observation_cuda", "value": None, "unit": "us", "skipped": "no CUDA GPU on this machine"}
+        return
+    module = make_network(cfg, layout, len(cfg.inputs), device).eval()
+    taus = midpoint_taus(cfg.iqn_k, device)
+    for b in batches:
+        spent = []
+        with torch.inference_mode():
+            for k in range(rounds):
+                rows = slice((k * b) % (len(frames) - b), (k * b) % (len(frames) - b) + b)
+                start = time.perf_counter_ns()
+                img, state = torch.from_numpy(frames[rows]).to(device), torch.from_numpy(floats[rows]).to(device)
+                module(img, state, cfg.iqn_k, taus.expand(b, -1))[0].mean(dim=1).cpu().numpy()  # .cpu() waits for the GPU
+                spent.append(time.perf_counter_ns() - start)
+        yield {
+            "figure": f"ray.decision_us_per_observation_b{b}_cuda",
+            "value": round(statistics.median(spent[10:]) / 1e3 / b, 1),
+            "unit": "us",
+            "batch": b,
+            "path": f"IQNNetwork.forward on {torch.cuda.get_device_name(device)}, transfers included",
+        }
+
+
 def run(args):
     torch.set_num_threads(1)
     window_s = 15.0 if args.quick else 20.0
@@ -152,7 +263,9 @@ def run(args):
         shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs)), ctx)
         shared.publish(1, weights)
 
-        head = cluster.LocalNode.head(num_cpus=2, object_store_bytes=256 * MB)
+        yield from _batched_decision_figures(cfg, layout)
+
+        head = cluster.LocalNode.head(num_cpus=max(2, os.cpu_count() or 1), object_store_bytes=256 * MB)
         cluster.use_token_file(head.token_path)
         cluster.connect(head.address)
 
@@ -224,10 +337,7 @@ def run(args):
             "ratio_n2": round(ratios[2], 3),
         }
 
-        # K games per actor
-        for games in (1, 2, 4):
-            rate = _run_ray(live, weights, 1, window_s, games=games)
-            yield {"figure": f"ray.actions_per_s_per_actor_k{games}", "value": round(rate, 1), "unit": "actions/s", "games": games}
+        yield from _games_per_actor_figures(live, weights, window_s, repeats=1 if args.quick else 3)
 
         # one weight copy per node: a second node, 2 actors on each
         worker = cluster.LocalNode.worker(head.address, head.token_path, num_cpus=2, object_store_bytes=256 * MB)

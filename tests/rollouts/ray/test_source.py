@@ -1,6 +1,8 @@
 """The Ray source on a real single-node cluster with real CarRacing races: the envelope, the policy versions,
 pausing, backpressure, a `get` that never waits beyond its timeout, and the CPU bound on actors."""
 
+import os
+import signal
 import time
 from types import SimpleNamespace
 
@@ -23,6 +25,19 @@ def _weights(cfg, seed: int) -> dict:
 
     torch.manual_seed(seed)
     return make_network(cfg, float_layout_for(cfg), len(cfg.inputs), "cpu").state_dict()
+
+
+class SteppingClock:
+    """A clock that moves `step` seconds at every reading, whatever the real time does: what `RaySource.get`
+    measures its timeout with in these tests (`source.clock`), so that giving up is checked by count, not speed."""
+
+    def __init__(self, step: float):
+        self.now, self.step, self.readings = 0.0, step, 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        self.now += self.step
+        return self.now
 
 
 def _next_race(source, timeout_s: float = 60.0):
@@ -73,14 +88,17 @@ def test_races_arrive_as_valid_envelopes_paced_and_bounded(ray_head, short_races
         # full slots: a game plays at most one more race (which then waits for the sender) and stops
         assert all(s["races_played"] - before <= 1 for s, before in zip(stats, played_then, strict=True)), (played_then, stats)
 
-        # get never waits beyond its timeout (races are pending, but also when none is ready)
+        # get gives up when its timeout has passed by its clock, races in play or not: with a clock that moves
+        # 0.05 s per reading, a get of 0.2 s reads it at most 0.2 / 0.05 + 2 times (its start, each wait, the end)
         while source.get(timeout_s=0.0) is not None:
             pass
         source.pause()
-        start = time.perf_counter()
+        source.clock = clock = SteppingClock(0.05)
         for _ in range(5):
+            clock.readings = 0
             source.get(timeout_s=0.2)
-        assert time.perf_counter() - start < 5 * 0.2 + 1.0
+            assert clock.readings <= 0.2 / 0.05 + 2, clock.readings
+        source.clock = time.perf_counter
 
         # paused: once the races in flight and in play are taken, no new race comes
         deadline = time.monotonic() + 30
@@ -103,7 +121,12 @@ def test_races_arrive_as_valid_envelopes_paced_and_bounded(ray_head, short_races
     assert any("0 lost" in line for line in source.summary())
 
 
-def test_an_actor_with_two_games_delivers_races_of_both(ray_head, short_races_live):
+def _game_stats(source) -> tuple[dict, list[dict]]:
+    stats = ray.get(source.slots[0].handle.stats.remote())
+    return stats, stats["games"]
+
+
+def test_an_actor_runs_its_two_games_as_processes_and_restarts_a_killed_one_alone(ray_head, short_races_live):
     cfg = short_races_live.current
     layout = float_layout_for(cfg)
     shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
@@ -118,8 +141,27 @@ def test_an_actor_with_two_games_delivers_races_of_both(ray_head, short_races_li
             games.add(meta["game"])
             versions.update(rollout["policy_version"])
         assert games == {0, 1} and versions == {3}
-        stats = ray.get(source.slots[0].handle.stats.remote())
+        stats, processes = _game_stats(source)
         assert stats["in_flight"] <= MAX_RACES_IN_FLIGHT and not stats["errors"], stats
+        pids = [game["pid"] for game in processes]
+        actor_pid = ray._private.state.actors()[source.slots[0].handle._actor_id.hex()]["Pid"]
+        assert len(set(pids)) == 2 and actor_pid not in pids  # two processes of their own, beside the actor's
+
+        # SIGKILL game 0's process: game 1 keeps delivering, the actor (same incarnation) starts a new game 0
+        os.kill(pids[0], signal.SIGKILL)
+        after_kill = {0: 0, 1: 0}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            meta = validate_envelope(_next_race(source), shape)[2]
+            after_kill[meta["game"]] += 1
+            stats, processes = _game_stats(source)
+            if processes[0]["restarts"] == 1 and processes[0]["races"] >= 1 and after_kill[1] >= 3:
+                break
+        assert processes[0]["restarts"] == 1 and processes[0]["pid"] not in pids and processes[0]["races"] >= 1, (processes, after_kill)
+        assert processes[1]["restarts"] == 0 and processes[1]["pid"] == pids[1] and after_kill[1] >= 3, (processes, after_kill)
+        assert stats["incarnation"] == source.slots[0].incarnation and source.slots[0].restarts == 0
+        assert any("game 0's process ended" in error for error in stats["errors"]), stats["errors"]
+        assert stats["races_lost_in_play"] <= 1
     finally:
         source.stop()
 

@@ -106,7 +106,10 @@ class LocalNode:
 
     @classmethod
     def _start(cls, ip, address, temp_dir, token_path, num_cpus, object_store_bytes, args) -> LocalNode:
-        env = {**os.environ, **RAY_ENVIRONMENT, "RAY_AUTH_TOKEN_PATH": str(token_path)}
+        # Ray starts its workers 15 steps nicer than the node by default (`worker_niceness`): the collector actors
+        # would yield their cores to anything else on the machine, where local collectors run at the learner's
+        # priority. The nodes started here are the run's own: its actors get the same priority as its collectors.
+        env = {**os.environ, **RAY_ENVIRONMENT, "RAY_AUTH_TOKEN_PATH": str(token_path), "RAY_worker_niceness": "0"}
         env.pop("RAY_AUTH_TOKEN", None)
         ray_start = [
             *RAY_COMMAND, "start", "--block", *args,

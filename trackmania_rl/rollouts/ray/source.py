@@ -1,9 +1,9 @@
 """The Ray rollout source: collector actors over a Ray cluster, the learner as the driver (DESIGN §2, §7).
 
 `make_ray_source(context)` connects to the cluster (`--ray auto` starts a local one on loopback, see
-cluster.py; an address joins a running one), checks that the cluster has a CPU for each actor and starts
-the policy store. `start()` creates the actors (one CPU each, spread over the nodes, restarted by Ray when
-their process dies).
+cluster.py; an address joins a running one), checks that the cluster has a CPU for each game of each actor and
+starts the policy store. `start()` creates the actors (`ray_games_per_actor` CPUs each, one per game process,
+spread over the nodes, restarted by Ray when their process dies).
 
 The learner's side of the pipeline, all from its own thread and never blocking beyond `get`'s timeout:
 - each actor has one `handoff` call outstanding, answered with the refs of the races it put; `get` waits
@@ -30,7 +30,8 @@ from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.config.values import config_to_values
 from trackmania_rl.rollouts.contract import POLICY_VERSION
 from trackmania_rl.rollouts.ray import cluster, race_arrays
-from trackmania_rl.rollouts.ray.actor import HANDOFF_WAIT_S, SOURCE_NAME, CollectorActor
+from trackmania_rl.rollouts.ray.actor import ACTOR_CONCURRENCY, HANDOFF_WAIT_S, CollectorActor
+from trackmania_rl.rollouts.ray.env_worker import SOURCE_NAME
 from trackmania_rl.rollouts.ray.policy_store import start_policy_store
 from trackmania_rl.rollouts.source import RolloutSource, SourceHealth
 
@@ -70,6 +71,7 @@ class RaySource(RolloutSource):
     name = SOURCE_NAME
 
     def __init__(self, actors_count: int, games_per_actor: int, live, game_backend: str, log, local_cluster=None, owns_connection=False):
+        self.clock = time.perf_counter  # what `get` measures its timeout with (tests give it a clock of their own)
         self.actors_count = actors_count
         self.games_per_actor = games_per_actor
         self.live = live
@@ -96,10 +98,10 @@ class RaySource(RolloutSource):
     # ------------------------------------------------------------------------------------------ start
     def start(self) -> None:
         remote = ray.remote(CollectorActor).options(
-            num_cpus=1,
+            num_cpus=self.games_per_actor,  # one CPU per game process; the actor's own thread decides between their steps
             max_restarts=ACTOR_MAX_RESTARTS,
             max_task_retries=0,
-            max_concurrency=4,
+            max_concurrency=ACTOR_CONCURRENCY,
             scheduling_strategy="SPREAD",
         )
         for index in range(self.actors_count):
@@ -114,7 +116,7 @@ class RaySource(RolloutSource):
 
     # ------------------------------------------------------------------------------------------ races in
     def get(self, timeout_s: float):
-        deadline = time.perf_counter() + max(0.0, timeout_s)
+        deadline = self.clock() + max(0.0, timeout_s)
         while True:
             self._collect_handoffs()
             if self.pending:
@@ -124,7 +126,7 @@ class RaySource(RolloutSource):
                     if envelope is not None:
                         return envelope
                     continue
-            remaining = deadline - time.perf_counter()
+            remaining = deadline - self.clock()
             if remaining <= 0:
                 return None
             waitables = [race.ref for race in self.pending] + [slot.handoff for slot in self.slots if slot.handoff is not None]
@@ -278,6 +280,7 @@ class RaySource(RolloutSource):
                 continue
             in_flight_total += stats["in_flight"]
             figures[f"{prefix}/actor{index}/in_flight"] = stats["in_flight"]
+            figures[f"{prefix}/actor{index}/game_restarts"] = sum(game["restarts"] for game in stats["games"])
             for name, value in stats["timings"].items():
                 figures[f"{prefix}/actor{index}/{name}"] = round(value, 4)
         window, self._window = self._window, {key: [] for key in self._window}
@@ -353,9 +356,11 @@ def make_ray_source(context) -> RaySource:
         if connected_here:
             cluster.connect(address)
         total = ray.cluster_resources().get("CPU", 0)
-        if actors > total:
+        games = cfg.ray_games_per_actor
+        if actors * games > total:
             raise ConfigError(
-                f"--ray-actors {actors}: the Ray cluster at {address} has {total:g} CPU(s), one per actor: ask for at most {int(total)}"
+                f"--ray-actors {actors}: the Ray cluster at {address} has {total:g} CPU(s), one per game process "
+                f"(ray_games_per_actor {games}): ask for at most {int(total) // games}"
             )
         return RaySource(actors, cfg.ray_games_per_actor, context.live, context.game_backend, context.log, local_cluster, connected_here)
     except BaseException as e:
