@@ -3,8 +3,8 @@
 - `ray.actions_per_s_ratio`: actions/s of N Ray collector actors ÷ N local collector processes, same machine, same
   config, same count, each counted over the same window after each producer's warm-up race; the two kinds are
   measured in back-to-back pairs (order alternated), 4 pairs of 20 s windows, N = 1 and 2; per N the median of the
-  pairs' ratios; the figure is the smaller of the two.
-  Target >= 0.95.
+  pairs' ratios; the figure is the smaller of the two. Target >= 0.95. Each `ray.actions_per_s_n{N}` line also gives
+  both kinds' per-action stage times (`StageTimes`), which name where they differ.
 - `ray.weight_copies_per_node_per_publish`: after a publish that every actor has pulled, with the actors paused
   and no race in flight, each node's object-store bytes ÷ the weights object's size, on a two-node cluster with
   2 actors per node (`weight_copies_per_node`); the figure is the largest over the nodes. Target 1. Also says
@@ -49,6 +49,8 @@ from trackmania_rl.rollouts.ray import cluster
 from trackmania_rl.rollouts.ray.source import MB, RaySource
 
 QUIET_TIMEOUT_S = 60.0
+# the actor's timings reported with the K figures: ms per action, and the mean batch of its inferences
+ACTOR_TIMINGS = ("inference_ms", "decision_wait_ms", "game_step_ms", "batch_size")
 
 
 def _quiet_log(message: str) -> None:
@@ -60,14 +62,40 @@ def _ray_source(live, count: int, games: int = 1) -> RaySource:
     return source
 
 
-def _run_ray(live, weights, count: int, window_s: float, games: int = 1) -> float:
+def _run_ray(live, weights, count: int, window_s: float, games: int = 1, on_envelope=None, actor_timings=None) -> float:
+    """Actions/s of `count` actors with `games` games each (`source_actions_per_s`); each actor's timings over the
+    window (the actor's `stats`: inference, decision round trip, game step, mean batch) appended to `actor_timings`."""
     source = _ray_source(live, count, games)
     source.publish(1, weights)
     source.start()
     try:
-        return source_actions_per_s(source, count, window_s)
+        source_actions_per_s(source, count, 0.0)  # every actor has played: its timings start with the window
+        ray.get([slot.handle.stats.remote() for slot in source.slots])
+        rate = source_actions_per_s(source, count, window_s, on_envelope)
+        if actor_timings is not None:
+            actor_timings += [stats["timings"] for stats in ray.get([slot.handle.stats.remote() for slot in source.slots])]
+        return rate
     finally:
         _stop_actors(source)
+
+
+class StageTimes:
+    """The per-action stage times of the races seen (end_race_stats `instrumentation__<stage>`, ns per action, as
+    the game measures them; they add up to the race's wall time): where two kinds of producer differ. For a Ray
+    actor's game, `exploration_policy` is the round trip to its actor (batched inference, pipes, scheduling)."""
+
+    PREFIX = "instrumentation__"
+
+    def __init__(self):
+        self.ns: dict[str, list[float]] = {}
+
+    def __call__(self, envelope) -> None:
+        for key, value in envelope[1].items():
+            if key.startswith(self.PREFIX):
+                self.ns.setdefault(key[len(self.PREFIX) :], []).append(value)
+
+    def medians_us(self) -> dict[str, float]:
+        return {stage: round(statistics.median(values) / 1e3, 1) for stage, values in sorted(self.ns.items())}
 
 
 def _stop_actors(source: RaySource) -> None:
@@ -158,10 +186,11 @@ def _games_per_actor_figures(live, weights, window_s: float, repeats: int):
         kinds["k4"] = (1, 4)
     names = list(kinds)
     runs: dict[str, list[float]] = {name: [] for name in names}
+    timings: dict[str, list[dict]] = {name: [] for name in names}
     for repeat in range(repeats):
         for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
             actors, games = kinds[name]
-            runs[name].append(_run_ray(live, weights, actors, window_s, games=games))
+            runs[name].append(_run_ray(live, weights, actors, window_s, games=games, actor_timings=timings[name]))
     for games in (1, 2, 4):
         name = f"k{games}"
         if name not in runs:
@@ -169,7 +198,8 @@ def _games_per_actor_figures(live, weights, window_s: float, repeats: int):
             yield {"figure": f"ray.actions_per_s_per_actor_{name}", "value": None, "unit": "actions/s", "skipped": reason}
             continue
         figure = {"figure": f"ray.actions_per_s_per_actor_{name}", "value": round(statistics.median(runs[name]), 1), "unit": "actions/s"}
-        yield {**figure, "games": games, "runs": [round(r, 1) for r in runs[name]], "window_s": window_s}
+        actor = {key: round(statistics.median(t[key] for t in timings[name] if key in t), 3) for key in ACTOR_TIMINGS}
+        yield {**figure, "games": games, "runs": [round(r, 1) for r in runs[name]], "window_s": window_s, "actor_timings": actor}
     pairs = [k2 / k1 for k2, k1 in zip(runs["k2"], runs["k1"], strict=True)]
     yield {"figure": "ray.k2_over_k1", "value": round(statistics.median(pairs), 3), "unit": "ratio", "target": ">= 1.8 on 2 cores",
            "paired_ratios": [round(r, 3) for r in pairs]}  # fmt: skip
@@ -306,13 +336,14 @@ def run(args):
         ratios = {}
         for count in (1, 2):
             local_runs, ray_runs = [], []
+            stages = {"local": StageTimes(), "ray": StageTimes()}
             for repeat in range(repeats):
                 order = ("local", "ray") if repeat % 2 == 0 else ("ray", "local")
                 for kind in order:
                     if kind == "local":
-                        local_runs.append(local_actions_per_s(ctx, config_path, shared, count, window_s))
+                        local_runs.append(local_actions_per_s(ctx, config_path, shared, count, window_s, stages["local"]))
                     else:
-                        ray_runs.append(_run_ray(live, weights, count, window_s))
+                        ray_runs.append(_run_ray(live, weights, count, window_s, on_envelope=stages["ray"]))
             local, remote = statistics.median(local_runs), statistics.median(ray_runs)
             # each repeat's two windows are back to back: their ratio cancels the machine's drift, which moves the
             # speed of both kinds by more than the 5 % margin between repeats
@@ -327,6 +358,7 @@ def run(args):
                 "ray_runs": [round(r, 1) for r in ray_runs],
                 "local_runs": [round(r, 1) for r in local_runs],
                 "window_s": window_s,
+                "stage_us_per_action": {kind: times.medians_us() for kind, times in stages.items()},
             }
         yield {
             "figure": "ray.actions_per_s_ratio",

@@ -29,13 +29,13 @@ import json
 import os
 import pickle
 import queue
+import selectors
 import threading
 import time
 import traceback
 import uuid
 import warnings
 from collections import deque
-from multiprocessing.connection import wait
 
 import numpy as np
 import ray
@@ -191,6 +191,7 @@ class CollectorActor:
             )
             for game in range(games)
         ]
+        self._selector = selectors.DefaultSelector()  # the games' connections and the wake-up pipe
         self._wake_read, self._wake_write = os.pipe()  # other threads wake the decision loop (a slot freed, resumed)
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
@@ -234,17 +235,17 @@ class CollectorActor:
         # CPUs): without this the batched inference ran on K spinning threads, ~40x slower on busy cores
         use_acting_torch_settings()
         try:
+            self._selector.register(self._wake_read, selectors.EVENT_READ, None)
             for worker in self.workers:
-                worker.start(self.config_version, self.config_values)
+                self._start_game(worker)
             next_check = time.monotonic() + GAMES_CHECK_PERIOD_S
             while not self.stopping.is_set():
-                talking = {worker.connection: worker for worker in self.workers if worker.state != "stopped"}
                 observations = []
-                for ready in wait([*talking, self._wake_read], timeout=GAMES_CHECK_PERIOD_S):
-                    if ready == self._wake_read:
+                for key, _ in self._selector.select(timeout=GAMES_CHECK_PERIOD_S):
+                    if key.data is None:
                         self._drain_wake_ups()
                     else:
-                        self._receive(talking[ready], observations)
+                        self._receive(key.data, observations)
                 if observations:
                     self._decide(observations)
                 self._give_races()
@@ -260,6 +261,10 @@ class CollectorActor:
             for worker in self.workers:
                 worker.stop()
 
+    def _start_game(self, worker: EnvWorker) -> None:
+        worker.start(self.config_version, self.config_values)
+        self._selector.register(worker.connection, selectors.EVENT_READ, worker)
+
     def _drain_wake_ups(self) -> None:
         try:
             while os.read(self._wake_read, 4096):
@@ -271,7 +276,7 @@ class CollectorActor:
         try:
             message = worker.receive()
         except (EOFError, OSError):
-            self._game_ended(worker, f"ended (exit code {worker.exit_code()})")
+            self._game_ended(worker)
             return
         kind = message[:1]
         if kind == OBSERVATION:
@@ -310,7 +315,7 @@ class CollectorActor:
             try:
                 worker.send(self._answer)
             except OSError:
-                self._game_ended(worker, f"ended (exit code {worker.exit_code()})")
+                self._game_ended(worker)
 
     def _give_races(self) -> None:
         """GO to the games waiting for a race, unless paused or more than K races wait for the sender."""
@@ -322,7 +327,7 @@ class CollectorActor:
             try:
                 worker.send(GO + json.dumps(order).encode())
             except OSError:
-                self._game_ended(worker, f"ended (exit code {worker.exit_code()})")
+                self._game_ended(worker)
                 continue
             worker.config_version = self.config_version
             worker.state = "racing"
@@ -335,18 +340,21 @@ class CollectorActor:
         for worker in self.workers:
             if worker.state == "stopped":
                 if now >= worker.restart_at and not self.stopping.is_set():
-                    worker.start(self.config_version, self.config_values)
+                    self._start_game(worker)
                     self._log(f"game {worker.game} restarted (process {worker.pid}, restart {worker.restarts})")
             elif worker.exit_code() is not None:
-                self._game_ended(worker, f"ended (exit code {worker.exit_code()})")
+                self._game_ended(worker)
             elif worker.state in ("starting", "racing") and now - worker.last_heard > stall_s:
                 self._game_ended(worker, f"was silent for {now - worker.last_heard:.0f} s (collector_stall_timeout_s {stall_s:g}): killed")
 
-    def _game_ended(self, worker: EnvWorker, why: str) -> None:
+    def _game_ended(self, worker: EnvWorker, why: str | None = None) -> None:
+        """Stop a game process that ended (`why` None: say its exit code) or must end; it restarts a second later."""
         if worker.state == "stopped":
             return
         lost = worker.state == "racing"
+        self._selector.unregister(worker.connection)
         worker.stop()
+        why = why or f"ended (exit code {worker.exit_code()})"
         worker.restart_at = time.monotonic() + GAME_RESTART_DELAY_S
         if lost:
             self.races_lost_in_play += 1
