@@ -112,39 +112,6 @@ def test_inferer_acting_program_computes_forward(jit, architecture, random_state
             assert inferer._mean_q._generation == collector.weights_generation
 
 
-@pytest.mark.parametrize("architecture", range(len(ACTING_ARCHITECTURES)))
-def test_acting_program_batches_give_each_state_its_forward_q_values(architecture, random_states):
-    """A batch of B states through the program (a Ray actor deciding for its ready games at once) gives each
-    state the quantile mean of forward at the midpoint fractions, whatever the batch and the states beside it,
-    after a weight refresh too; a batch of one computes exactly as the single-state call."""
-    cfg = tiny_config(**ACTING_ARCHITECTURES[architecture])
-    layout = layout_for(cfg)
-    collector = make_inference_network(cfg, layout, N_ACTIONS, jit=False)
-    program = collector.mean_q_at(midpoint_taus(cfg.iqn_k), max_batch=5)
-    img, floats = random_states(cfg, layout, 5, seed=10 + architecture)
-    frames, state_floats = img.numpy(), floats.numpy()
-    for _refresh in range(2):
-        with torch.inference_mode():
-            expected = collector.module(img, floats, cfg.iqn_k, midpoint_taus(cfg.iqn_k).expand(5, -1))[0].mean(dim=1).numpy()
-        for batch in (5, 3, 1, 2):  # smaller batches after larger ones: nothing left over from the previous call
-            start = 5 - batch  # other states than the first rows too
-            q = program.batch(frames[start:], state_floats[start:])
-            assert q.shape == (batch, N_ACTIONS) and q.dtype == np.float32
-            np.testing.assert_allclose(q, expected[start:], rtol=1e-5, atol=1e-6)
-        single = program(frames[4], state_floats[4])
-        assert np.array_equal(program.batch(frames[4:], state_floats[4:])[0], single)
-        with torch.no_grad():
-            for p in collector.module.parameters():
-                p.add_(0.1 * torch.randn_like(p))
-        collector.weights_generation += 1  # as load_state_dict_from does after copying new weights in
-    with pytest.raises(ValueError, match="a batch of 1 to 5"):
-        program.batch(np.concatenate([frames, frames[:1]]), np.concatenate([state_floats, state_floats[:1]]))
-    with pytest.raises(ValueError, match="as many floats"):
-        program.batch(frames[:2], state_floats[:3])
-    with pytest.raises(ValueError, match="frames of shape"):
-        program.batch(frames[:, :, 1:], state_floats)
-
-
 def test_acting_program_refuses_convolutions_it_cannot_fold(cfg, layout):
     collector = make_inference_network(cfg, layout, N_ACTIONS, jit=False)
     collector.module.convolutions[0].padding = (1, 1)

@@ -57,11 +57,10 @@ class InferenceNetwork:
     def __call__(self, img: torch.Tensor, state_float: torch.Tensor, n_quantiles: int, taus: torch.Tensor | None = None):
         return self.acting(img, state_float, n_quantiles, taus)
 
-    def mean_q_at(self, taus: torch.Tensor, max_batch: int = 1) -> MeanQAtFixedTaus:
+    def mean_q_at(self, taus: torch.Tensor) -> MeanQAtFixedTaus:
         """`q(frame, state_float) -> (A,)`: the mean over the fractions `taus` (1, N) of this network's Q
-        values for one state, by the collectors' short acting program (kept up to date with every refresh);
-        `q.batch(frames, floats) -> (B, A)` for up to `max_batch` states."""
-        return MeanQAtFixedTaus(self, taus, max_batch)
+        values for one state, by the collectors' short acting program (kept up to date with every refresh)."""
+        return MeanQAtFixedTaus(self, taus)
 
     @torch.no_grad()
     def load_state_dict_from(self, shared_network: nn.Module) -> None:
@@ -95,10 +94,7 @@ class InferenceNetwork:
 class MeanQAtFixedTaus:
     """A collector's acting computation on the CPU: `q(frame, state_float) -> np.ndarray (A,)`, the network's
     Q values averaged over the fixed quantile fractions `taus` (1, N), i.e. the mean over quantiles of
-    `IQNNetwork.forward(img, floats, N, taus)`, for one state (frame (1, H, W) or (H, W), floats (D,)); and
-    `q.batch(frames, floats) -> (B, A)` for up to `max_batch` states at once (frames (B, 1, H, W) or
-    (B, H, W), floats (B, D)): a Ray collector actor decides for the games whose observations are ready in
-    one call (rollouts/ray/actor.py).
+    `IQNNetwork.forward(img, floats, N, taus)`, for one state (frame (1, H, W) or (H, W), floats (D,)).
 
     Why not forward: acting at batch 1 right after a render, the CPU caches hold neither the code nor the
     weights, and every operation pays for that (a lone small torch add: ~3 us warm, ~80 us after a
@@ -116,32 +112,27 @@ class MeanQAtFixedTaus:
       one matrix;
     - the mean over quantiles and the dueling combination V + A - mean(A) are linear, so they are folded
       into the last matrix: the N quantiles' hidden vectors side by side times N stacked copies of it.
-    Every buffer has the states of a batch as its leading rows (`max_batch` of them); a batch of B uses the
-    first B, so one state computes exactly as a batch of one. The result equals forward's to float rounding
-    (~1e-7; tests/agents/test_acting.py checks several architectures and batches). After every weight refresh
-    (`InferenceNetwork.load_state_dict_from` bumps the generation) the weights are rewritten into the kept
-    matrices, by `prepare()` or at the next call. Not thread-safe: every call reuses the same buffers. Measured
-    in docs/performance.md."""
+    The result equals forward's to float rounding (~1e-7; tests/agents/test_acting.py checks several
+    architectures). After every weight refresh (`InferenceNetwork.load_state_dict_from` bumps the
+    generation) the weights are rewritten into the kept matrices, by `prepare()` or at the next call. Not
+    thread-safe: every call reuses the same buffers. Measured in docs/performance.md."""
 
-    def __init__(self, network: InferenceNetwork, taus: torch.Tensor, max_batch: int = 1):
+    def __init__(self, network: InferenceNetwork, taus: torch.Tensor):
         if taus.dim() != 2 or taus.shape[0] != 1:
             raise ValueError(f"fixed fractions must have shape (1, N), got {tuple(taus.shape)}")
         if network.device.type != "cpu":
             raise ValueError(f"the acting program runs on the CPU; this network is on {network.device}")
-        if int(max_batch) < 1:
-            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         for conv in network.module.convolutions:
             if conv.padding != (0, 0) or conv.dilation != (1, 1) or conv.groups != 1:
                 raise ValueError("the folded acting program supports convolutions without padding, dilation or groups")
         self.network = network
         self.taus = taus.detach().to(dtype=torch.float32).cpu().clone()
-        self.max_batch = int(max_batch)
         self._generation = -1
         self._build()
 
     def _build(self) -> None:
         """Allocate every buffer and weight matrix once, with the strided views that connect them."""
-        m, batch = self.network.module, self.max_batch
+        m = self.network.module
         _, height, width = m.image_shape
         channels = 1
         self._frame_shape = (height, width)
@@ -150,18 +141,14 @@ class MeanQAtFixedTaus:
             (kh, kw), (sh, sw) = conv.kernel_size, conv.stride
             out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
             n_in = kh * kw * channels
-            # one row of inputs per output position of each state, the last column ones (bias)
-            layer = _Layer(np.ones((batch * out_h * out_w, n_in + 1), np.float32), conv.out_channels)
-            layer.positions = out_h * out_w
-            # the inputs matrix as (state, out_h, out_w, kh, kw, c) patches, and where each patch lies in the
-            # channels-last (state, height, width, channels) input, in elements: in the frames for the first
-            # layer, else a view of the previous layer's output
+            layer = _Layer(np.ones((out_h * out_w, n_in + 1), np.float32), conv.out_channels)  # last column: ones (bias)
+            # the inputs matrix as (out_h, out_w, kh, kw, c) patches, and where each patch lies in the
+            # channels-last (height, width, channels) input, in elements: in the frame for the first layer,
+            # else a view of the previous layer's output
             layer.patches = _strided(
-                layer.inputs,
-                (batch, out_h, out_w, kh, kw, channels),
-                (out_h * out_w * (n_in + 1), out_w * (n_in + 1), n_in + 1, kw * channels, channels, 1),
+                layer.inputs, (out_h, out_w, kh, kw, channels), (out_w * (n_in + 1), n_in + 1, kw * channels, channels, 1)
             )
-            patch_strides = (height * width * channels, sh * width * channels, sw * channels, width * channels, channels, 1)
+            patch_strides = (sh * width * channels, sw * channels, width * channels, channels, 1)
             if self._convs:
                 layer.source = _strided(self._convs[-1].out, layer.patches.shape, patch_strides)
             else:
@@ -170,24 +157,18 @@ class MeanQAtFixedTaus:
             height, width, channels = out_h, out_w, conv.out_channels
         conv_dim = channels * height * width
         float_in, float_out = m.float_input_layer, m.float_output_layer
-        self._float_in = _Layer(np.ones((batch, float_in.in_features + 1), np.float32), float_in.out_features)
-        self._float_out = _Layer(np.ones((batch, float_out.in_features + 1), np.float32), float_out.out_features)
-        n_features = conv_dim + float_out.out_features
-        self._features = np.empty((batch, n_features), np.float32)
-        # the last convolution's (position, channel) rows of each state, written in forward's channels-first order
-        self._conv_features = _strided(self._features, (batch, height * width, channels), (n_features, 1, height * width))
-        self._float_features = self._features[:, conv_dim:]
+        self._float_in = _Layer(np.ones((1, float_in.in_features + 1), np.float32), float_in.out_features)
+        self._float_out = _Layer(np.ones((1, float_out.in_features + 1), np.float32), float_out.out_features)
+        self._features = np.empty(conv_dim + float_out.out_features, np.float32)
+        self._conv_features = self._features[:conv_dim].reshape(channels, height * width).T  # forward's channels-first
+        self._float_features = self._features[None, conv_dim:]
         n_quantiles = self.taus.shape[1]
         a_hidden, a_out = m.advantage_hidden_layer, m.advantage_output_layer
         n_hidden = a_hidden.out_features + m.value_hidden_layer.out_features
-        self._embedding = np.empty((n_quantiles, n_features), np.float32)
-        self._hidden = _Layer(np.ones((batch * n_quantiles, n_features + 1), np.float32), n_hidden)
-        self._hidden_inputs = _strided(
-            self._hidden.inputs, (batch, n_quantiles, n_features), (n_quantiles * (n_features + 1), n_features + 1, 1)
-        )
-        # every quantile's hidden vector side by side, one row per state
-        self._q = _Layer(np.ones((batch, n_quantiles * n_hidden + 1), np.float32), a_out.out_features)
-        self._quantile_hidden = _strided(self._q.inputs, (batch, n_quantiles, n_hidden), (n_quantiles * n_hidden + 1, n_hidden, 1))
+        self._embedding = np.empty((n_quantiles, self._features.size), np.float32)
+        self._hidden = _Layer(np.ones((n_quantiles, self._features.size + 1), np.float32), n_hidden)
+        self._q = _Layer(np.ones((1, n_quantiles * n_hidden + 1), np.float32), a_out.out_features)  # every quantile's hidden, side by side
+        self._quantile_hidden = self._q.inputs[0, :-1].reshape(n_quantiles, n_hidden)
 
     @torch.no_grad()
     def _rewrite(self) -> None:
@@ -223,47 +204,29 @@ class MeanQAtFixedTaus:
             self._rewrite()
 
     def __call__(self, frame: np.ndarray, state_float: np.ndarray) -> np.ndarray:
+        self.prepare()
         frame = np.ascontiguousarray(frame)
         if frame.shape[-2:] != self._frame_shape or frame.size != frame.shape[-1] * frame.shape[-2]:
             raise ValueError(f"expected a frame of shape (1, {self._frame_shape[0]}, {self._frame_shape[1]}), got {frame.shape}")
-        return self._run(frame, np.reshape(state_float, (1, -1)), 1)[0].copy()
-
-    def batch(self, frames: np.ndarray, state_floats: np.ndarray) -> np.ndarray:
-        """(B, A) Q values of B states, B <= max_batch: frames uint8 (B, 1, H, W) or (B, H, W), floats (B, D)."""
-        frames = np.ascontiguousarray(frames)
-        n = len(frames)
-        height, width = self._frame_shape
-        if frames.ndim not in (3, 4) or frames.shape[-2:] != self._frame_shape or frames.size != n * height * width:
-            raise ValueError(f"expected frames of shape (B, 1, {height}, {width}), got {frames.shape}")
-        if not 1 <= n <= self.max_batch or len(state_floats) != n:
-            raise ValueError(f"a batch of 1 to {self.max_batch} frames with as many floats, got {n} frames and {len(state_floats)} floats")
-        return self._run(frames, state_floats, n).copy()
-
-    def _run(self, frames: np.ndarray, state_floats, n: int) -> np.ndarray:
-        """The program on the first `n` rows of every buffer; a view of the (n, A) result."""
-        self.prepare()
         first, *others = self._convs
-        np.copyto(first.patches[:n], _strided(frames, first.patches[:n].shape, self._frame_patch_strides))  # to float32
-        first.run(n * first.positions, activation_into=first.out)
+        np.copyto(first.patches, _strided(frame, first.patches.shape, self._frame_patch_strides))  # to float32
+        first.run(activation_into=first.out)
         for layer in others:
-            np.copyto(layer.patches[:n], layer.source[:n])
-            layer.run(n * layer.positions, activation_into=layer.out)
-        last = self._convs[-1]
-        np.copyto(self._conv_features[:n], last.out[: n * last.positions].reshape(n, last.positions, -1))
-        np.copyto(self._float_in.inputs[:n, :-1], state_floats)
-        self._float_in.run(n, activation_into=self._float_out.inputs[:, :-1])
-        self._float_out.run(n, activation_into=self._float_features)
-        np.multiply(self._features[:n, None, :], self._embedding, out=self._hidden_inputs[:n])
-        n_quantiles = self._embedding.shape[0]
-        self._hidden.run(n * n_quantiles, activation_into=self._quantile_hidden)
-        self._q.run(n)
-        return self._q.out[:n]
+            np.copyto(layer.patches, layer.source)
+            layer.run(activation_into=layer.out)
+        np.copyto(self._conv_features, self._convs[-1].out)
+        np.copyto(self._float_in.inputs[0, :-1], state_float)
+        self._float_in.run(activation_into=self._float_out.inputs[:, :-1])
+        self._float_out.run(activation_into=self._float_features)
+        np.multiply(self._features, self._embedding, out=self._hidden.inputs[:, :-1])
+        self._hidden.run(activation_into=self._quantile_hidden)
+        self._q.run()
+        return self._q.out[0].copy()
 
 
 class _Layer:
     """One matrix product of the acting program, on kept buffers: `out = inputs @ weights`, the inputs
-    ending with a column of ones and the weights with the bias row; then LeakyReLU into a destination.
-    `run(rows)` computes the first `rows` rows only (the states of a batch smaller than the buffers')."""
+    ending with a column of ones and the weights with the bias row; then LeakyReLU into a destination."""
 
     def __init__(self, inputs: np.ndarray, n_out: int):
         self.inputs = inputs
@@ -277,16 +240,14 @@ class _Layer:
         self.weights[:-1, columns] = weight.T
         self.weights[-1, columns] = bias
 
-    def run(self, rows: int, activation_into: np.ndarray | None = None) -> None:
-        """out[:rows] = inputs[:rows] @ weights (torch: MKL on one thread); LeakyReLU(out) = max(out, slope out)
-        is written into the first rows of `activation_into` (of the same elements, in rows of its own shape)."""
+    def run(self, activation_into: np.ndarray | None = None) -> None:
+        """out = inputs @ weights (torch: MKL on one thread); LeakyReLU(out) = max(out, slope out) is
+        written into `activation_into` when given."""
         inputs, weights, out = self._tensors
-        torch.mm(inputs[:rows], weights, out=out[:rows])
+        torch.mm(inputs, weights, out=out)
         if activation_into is not None:
-            result, scaled = self.out[:rows], self._scaled[:rows]
-            np.multiply(result, LEAKY_SLOPE_F32, out=scaled)
-            destination = activation_into[: len(activation_into) * rows // len(self.out)]
-            np.maximum(result.reshape(destination.shape), scaled.reshape(destination.shape), out=destination)
+            np.multiply(self.out, LEAKY_SLOPE_F32, out=self._scaled)
+            np.maximum(self.out, self._scaled, out=activation_into)
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:

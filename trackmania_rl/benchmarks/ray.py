@@ -11,61 +11,46 @@
   whether each actor's arrays are read-only views of the object store (no private copy).
 - `ray.ingest_fraction`: learner time to take one race (`source.get`: ray.get, array views back into lists) and
   store it (`ingest_envelope`) ÷ that race's play time. Median. Target <= 0.02.
-- `ray.actions_per_s_per_actor_k{K}`: one actor playing K games (ray_games_per_actor: K game processes, one
-  batched inference over the observations that are ready), K = 1, 2, and 4 where the machine has 4 cores; and
-  `ray.k2_over_k1`: the median of back-to-back pairs' ratios (target >= 1.8 on 2 cores).
-  `ray.one_actor_k2_over_two_actors_k1`: one actor with 2 games ÷ 2 actors with one game each, paired the same
-  way: what K buys over one actor per game.
-- `ray.decision_us_per_observation_b{B}`: the actor's batched decision (`MeanQAtFixedTaus.batch`, default config,
-  one thread) for B = 1, 2, 4, 8 observations, ÷ B; warm (the actor renders nothing), medians. With a CUDA GPU
-  also `..._cuda`: IQNNetwork.forward at the midpoint fractions on the GPU, transfers included.
 - the per-rollout and per-publish costs docs/cluster.md's estimate starts from: race MB, publish ms and MB.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import ray
 import torch
 import torch.multiprocessing as torch_mp
 
-from trackmania_rl.agents.acting import acting_torch_settings, make_inference_network
-from trackmania_rl.agents.exploration import midpoint_taus
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, default_config_copy, local_actions_per_s, measure_ingest, source_actions_per_s
-from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
-from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
 from trackmania_rl.rollouts.ray import cluster
 from trackmania_rl.rollouts.ray.source import MB, RaySource
 
 QUIET_TIMEOUT_S = 60.0
-# the actor's timings reported with the K figures: ms per action, and the mean batch of its inferences
-ACTOR_TIMINGS = ("inference_ms", "decision_wait_ms", "game_step_ms", "batch_size")
+# the actor's timings reported with the N figures, ms per action
+ACTOR_TIMINGS = ("inference_ms", "decision_wait_ms", "game_step_ms")
 
 
 def _quiet_log(message: str) -> None:
     return None
 
 
-def _ray_source(live, count: int, games: int = 1) -> RaySource:
-    source = RaySource(count, games, live, GAME_BACKEND, _quiet_log)
-    return source
+def _ray_source(live, count: int) -> RaySource:
+    return RaySource(count, live, GAME_BACKEND, _quiet_log)
 
 
-def _run_ray(live, weights, count: int, window_s: float, games: int = 1, on_envelope=None, actor_timings=None) -> float:
-    """Actions/s of `count` actors with `games` games each (`source_actions_per_s`); each actor's timings over the
-    window (the actor's `stats`: inference, decision round trip, game step, mean batch) appended to `actor_timings`."""
-    source = _ray_source(live, count, games)
+def _run_ray(live, weights, count: int, window_s: float, on_envelope=None, actor_timings=None) -> float:
+    """Actions/s of `count` actors (`source_actions_per_s`); each actor's timings over the window (the actor's
+    `stats`: inference, the game's wait for its decisions, the game step) appended to `actor_timings`."""
+    source = _ray_source(live, count)
     source.publish(1, weights)
     source.start()
     try:
@@ -82,7 +67,7 @@ def _run_ray(live, weights, count: int, window_s: float, games: int = 1, on_enve
 class StageTimes:
     """The per-action stage times of the races seen (end_race_stats `instrumentation__<stage>`, ns per action, as
     the game measures them; they add up to the race's wall time): where two kinds of producer differ. For a Ray
-    actor's game, `exploration_policy` is the round trip to its actor (batched inference, pipes, scheduling)."""
+    actor's game, `exploration_policy` is the round trip to its actor (its inference, the pipe, scheduling)."""
 
     PREFIX = "instrumentation__"
 
@@ -177,106 +162,6 @@ def weight_copies_per_node(source: RaySource, version: int, weights: dict) -> di
     }
 
 
-def _games_per_actor_figures(live, weights, window_s: float, repeats: int):
-    """One actor with K = 1, 2 (4) games, and 2 actors of one game, in rotated order per repeat (the machine's speed
-    drifts between repeats by more than the margins compared here)."""
-    cpus = int(ray.cluster_resources().get("CPU", 0))
-    kinds = {"k1": (1, 1), "k2": (1, 2), "two_actors_k1": (2, 1)}  # (actors, games per actor)
-    if cpus >= 4:
-        kinds["k4"] = (1, 4)
-    names = list(kinds)
-    runs: dict[str, list[float]] = {name: [] for name in names}
-    timings: dict[str, list[dict]] = {name: [] for name in names}
-    for repeat in range(repeats):
-        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
-            actors, games = kinds[name]
-            runs[name].append(_run_ray(live, weights, actors, window_s, games=games, actor_timings=timings[name]))
-    for games in (1, 2, 4):
-        name = f"k{games}"
-        if name not in runs:
-            reason = f"an actor with {games} games reserves {games} CPUs; this machine has {cpus}"
-            yield {"figure": f"ray.actions_per_s_per_actor_{name}", "value": None, "unit": "actions/s", "skipped": reason}
-            continue
-        figure = {"figure": f"ray.actions_per_s_per_actor_{name}", "value": round(statistics.median(runs[name]), 1), "unit": "actions/s"}
-        actor = {key: round(statistics.median(t[key] for t in timings[name] if key in t), 3) for key in ACTOR_TIMINGS}
-        yield {**figure, "games": games, "runs": [round(r, 1) for r in runs[name]], "window_s": window_s, "actor_timings": actor}
-    pairs = [k2 / k1 for k2, k1 in zip(runs["k2"], runs["k1"], strict=True)]
-    yield {"figure": "ray.k2_over_k1", "value": round(statistics.median(pairs), 3), "unit": "ratio", "target": ">= 1.8 on 2 cores",
-           "paired_ratios": [round(r, 3) for r in pairs]}  # fmt: skip
-    pairs = [k2 / two for k2, two in zip(runs["k2"], runs["two_actors_k1"], strict=True)]
-    yield {
-        "figure": "ray.one_actor_k2_over_two_actors_k1",
-        "value": round(statistics.median(pairs), 3),
-        "unit": "ratio",
-        "paired_ratios": [round(r, 3) for r in pairs],
-        "two_actors_runs": [round(r, 1) for r in runs["two_actors_k1"]],
-    }
-
-
-def _recorded_observations(cfg, layout, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """`count` frames rendered by the game, with floats around the layout's mean: what an actor decides on."""
-    game = CarRacingGameInstance(cfg)
-    rng = np.random.default_rng(0)
-    frames = []
-    try:
-        game.env.reset(seed=0)
-        while len(frames) < count:
-            frames.append(game.convert_frame(game.env.render_state_pixels()))
-            for _ in range(cfg.physics_steps_per_action):
-                game.env.step(game.controls[int(rng.integers(len(game.controls)))])
-    finally:
-        game.close()
-    floats = (layout.mean + layout.std * rng.standard_normal((count, layout.dim))).astype(np.float32)
-    return np.stack(frames), floats
-
-
-def _batched_decision_figures(cfg, layout, batches=(1, 2, 4, 8), rounds: int = 300):
-    """The decision cost per observation of a batch of B (the actor's `MeanQAtFixedTaus.batch`), the batches
-    alternated in rotated order, each on other recorded observations; on a CUDA GPU also forward there."""
-    frames, floats = _recorded_observations(cfg, layout, 64)
-    times: dict[int, list[int]] = {b: [] for b in batches}
-    with acting_torch_settings():
-        network = make_inference_network(cfg, layout, len(cfg.inputs), jit=False)
-        program = network.mean_q_at(midpoint_taus(cfg.iqn_k), max_batch=max(batches))
-        for k in range(rounds):
-            for b in batches[k % len(batches) :] + batches[: k % len(batches)]:
-                start_row = (k * b) % (len(frames) - b)
-                rows = slice(start_row, start_row + b)
-                start = time.perf_counter_ns()
-                program.batch(frames[rows], floats[rows])
-                times[b].append(time.perf_counter_ns() - start)
-    for b in batches:
-        yield {
-            "figure": f"ray.decision_us_per_observation_b{b}",
-            "value": round(statistics.median(times[b]) / 1e3 / b, 1),
-            "unit": "us",
-            "batch": b,
-            "path": "acting program (MeanQAtFixedTaus.batch), CPU, 1 thread, warm",
-        }
-    device = choose_device("auto")
-    if device.type != "cuda":
-        yield {"figure": "ray.decision_us_per_observation_cuda", "value": None, "unit": "us", "skipped": "no CUDA GPU on this machine"}
-        return
-    module = make_network(cfg, layout, len(cfg.inputs), device).eval()
-    taus = midpoint_taus(cfg.iqn_k, device)
-    for b in batches:
-        spent = []
-        with torch.inference_mode():
-            for k in range(rounds):
-                rows = slice((k * b) % (len(frames) - b), (k * b) % (len(frames) - b) + b)
-                start = time.perf_counter_ns()
-                img, state = torch.from_numpy(frames[rows]).to(device), torch.from_numpy(floats[rows]).to(device)
-                module(img, state, cfg.iqn_k, taus.expand(b, -1))[0].mean(dim=1).cpu().numpy()  # .cpu() waits for the GPU
-                spent.append(time.perf_counter_ns() - start)
-        yield {
-            "figure": f"ray.decision_us_per_observation_b{b}_cuda",
-            "value": round(statistics.median(spent[10:]) / 1e3 / b, 1),
-            "unit": "us",
-            "batch": b,
-            "path": f"IQNNetwork.forward on {torch.cuda.get_device_name(device)}, transfers included",
-        }
-
-
 def run(args):
     torch.set_num_threads(1)
     window_s = 15.0 if args.quick else 20.0
@@ -293,9 +178,7 @@ def run(args):
         shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs)), ctx)
         shared.publish(1, weights)
 
-        yield from _batched_decision_figures(cfg, layout)
-
-        head = cluster.LocalNode.head(num_cpus=max(2, os.cpu_count() or 1), object_store_bytes=256 * MB)
+        head = cluster.LocalNode.head(num_cpus=2, object_store_bytes=256 * MB)
         cluster.use_token_file(head.token_path)
         cluster.connect(head.address)
 
@@ -335,7 +218,7 @@ def run(args):
         # throughput against local processes, alternated
         ratios = {}
         for count in (1, 2):
-            local_runs, ray_runs = [], []
+            local_runs, ray_runs, timings = [], [], []
             stages = {"local": StageTimes(), "ray": StageTimes()}
             for repeat in range(repeats):
                 order = ("local", "ray") if repeat % 2 == 0 else ("ray", "local")
@@ -343,7 +226,7 @@ def run(args):
                     if kind == "local":
                         local_runs.append(local_actions_per_s(ctx, config_path, shared, count, window_s, stages["local"]))
                     else:
-                        ray_runs.append(_run_ray(live, weights, count, window_s, on_envelope=stages["ray"]))
+                        ray_runs.append(_run_ray(live, weights, count, window_s, on_envelope=stages["ray"], actor_timings=timings))
             local, remote = statistics.median(local_runs), statistics.median(ray_runs)
             # each repeat's two windows are back to back: their ratio cancels the machine's drift, which moves the
             # speed of both kinds by more than the 5 % margin between repeats
@@ -359,6 +242,7 @@ def run(args):
                 "local_runs": [round(r, 1) for r in local_runs],
                 "window_s": window_s,
                 "stage_us_per_action": {kind: times.medians_us() for kind, times in stages.items()},
+                "ray_actor_ms_per_action": {key: round(statistics.median(t[key] for t in timings), 3) for key in ACTOR_TIMINGS},
             }
         yield {
             "figure": "ray.actions_per_s_ratio",
@@ -368,8 +252,6 @@ def run(args):
             "ratio_n1": round(ratios[1], 3),
             "ratio_n2": round(ratios[2], 3),
         }
-
-        yield from _games_per_actor_figures(live, weights, window_s, repeats=1 if args.quick else 3)
 
         # one weight copy per node: a second node, 2 actors on each
         worker = cluster.LocalNode.worker(head.address, head.token_path, num_cpus=2, object_store_bytes=256 * MB)

@@ -11,7 +11,7 @@ import runpy
 import types
 from pathlib import Path
 
-from trackmania_rl.config.schema import ADDED_LATER, SETTINGS, ConfigError
+from trackmania_rl.config.schema import ADDED_LATER, RETIRED, SETTINGS, ConfigError
 
 # Game time per physics step, by backend: game knowledge, so it lives with the games. The config's one
 # dependency on games/ (a layer above it): games/registry.py holds only constants and games/__init__.py
@@ -73,6 +73,9 @@ def build_config(values: dict, game_backend: str = "carracing", inputs: dict | N
     if game_backend not in MS_PER_PHYSICS_STEP:
         raise ConfigError(f"user_config.game_backend: unknown game backend {game_backend!r}; expected one of {sorted(MS_PER_PHYSICS_STEP)}")
     values = {**{k: v for k, v in ADDED_LATER.items() if k not in values}, **values}
+    for name, (value, reason) in RETIRED.items():
+        if name in values and values.pop(name) != value:
+            raise ConfigError(f"{source}: setting `{name}` was removed: {reason}")
     missing = [name for name in SETTINGS if name not in values]
     if missing:
         raise ConfigError(f"{source}: missing setting(s) {', '.join(missing)}")

@@ -57,8 +57,8 @@ def test_a_game_process_races_on_its_actors_answers_and_explores_as_a_collector(
     float_layout = float_layout_for(cfg)
     layout = ObservationLayout((1, cfg.H_downsized, cfg.W_downsized), float_layout.dim, len(cfg.inputs))
     shape = RolloutShape(layout.frame_shape, float_layout.dim, len(cfg.inputs))
-    setup = {"actor": 0, "index": 0, "producers": 1, "seed_index": 2_000, "game_backend": "carracing"}
-    worker = EnvWorker(0, setup)
+    setup = {"actor": 0, "producers": 1, "seed": 2_000, "game_backend": "carracing"}
+    worker = EnvWorker(setup)
     worker.start(1, config_to_values(cfg))
     try:
         # exploring races at frame 0 (epsilon 1.0): the version and Q values of each step are the ones sent, each
@@ -68,7 +68,7 @@ def test_a_game_process_races_on_its_actors_answers_and_explores_as_a_collector(
             envelope, flags, sent_q, sent_versions = _play_one_race(worker, layout, frames_played=0)
             rollout, _, meta = validate_envelope(envelope, shape)
             n = len(rollout["actions"])
-            assert n == len(sent_q) > 0 and meta["source"] == "ray" and meta["game"] == 0
+            assert n == len(sent_q) > 0 and meta["source"] == "ray" and meta["collector"] == 0
             assert rollout["policy_version"] == sent_versions
             assert all(np.array_equal(a, b) for a, b in zip(rollout["q_values"], sent_q, strict=True))
             assert flags == [k % cfg.update_inference_network_every_n_actions == 0 for k in range(n)]

@@ -38,7 +38,7 @@ def _wait_all_delivered(source, count: int, timeout_s: float = 90.0) -> list:
 
 def test_all_actors_of_a_node_read_one_copy_of_the_weights(ray_head, worker_node, short_races_live):
     cfg = short_races_live.current
-    source = RaySource(4, 1, short_races_live, "carracing", lambda m: None)
+    source = RaySource(4, short_races_live, "carracing", lambda m: None)
     source.publish(1, _weights(cfg, 1))
     source.start()
     try:
@@ -57,7 +57,7 @@ def test_a_killed_actor_is_restarted_and_a_stopped_node_never_blocks_the_learner
     layout = float_layout_for(cfg)
     shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
     logs = []
-    source = RaySource(2, 1, short_races_live, "carracing", logs.append)  # SPREAD: one actor on each node
+    source = RaySource(2, short_races_live, "carracing", logs.append)  # SPREAD: one actor on each node
     source.publish(1, _weights(cfg, 1))
     source.start()
     try:

@@ -1,20 +1,19 @@
-"""A collector actor on a Ray node (seed 000's RolloutWorker): K game processes whose actions it decides in
-batches, and a sender thread (DESIGN §2, §7).
+"""A collector actor on a Ray node: one game, played in a process the actor supervises, whose actions it decides,
+and a sender thread (DESIGN §2, §7).
 
-Each of the actor's K games (`ray_games_per_actor`) runs in its own process (env_worker.py: the game, its map
-cycle and the race loop's game side), so that the games run in parallel on the K CPUs the actor reserves. The
-actor's threads:
-- the decision loop: starts the game processes and watches them; waits for whichever has something to say;
-  answers all the observations that are ready with ONE batched inference (`MeanQAtFixedTaus.batch`, one network
-  for the K games) and the policy version it was computed with (the game explores over the Q values itself, as
-  a collector does); gives a game that asks for a race its GO (the learner's frame count for the exploration
-  schedules, the config when it changed) unless paused or backed up; hands finished races to the sender; and
-  restarts a game process that died or fell silent for `collector_stall_timeout_s` (its race in play is lost,
-  the other games play on);
+One actor plays one game (more games: more actors; an actor with K games in K processes deciding them in one
+batched inference measured slower than K actors on CPU inference, docs/cluster.md). The game runs in its own
+process (env_worker.py: the game, its map cycle and the race loop's game side): a game that crashes or hangs is
+restarted without restarting the actor, and the game never waits for Ray's threads. The actor's threads:
+- the decision loop: starts the game process and watches it; answers each observation with the network's Q
+  values and the policy version they were computed with (the game explores over them itself, as a collector
+  does); gives the game its GO for each race (the learner's frame count for the exploration schedules, the
+  config when it changed) unless paused or backed up; hands finished races to the sender; and restarts the
+  game process when it died or fell silent for `collector_stall_timeout_s` (its race in play is lost);
 - the sender: puts each finished race in the object store as contiguous numpy arrays (race_arrays.py). At most
   `MAX_RACES_IN_FLIGHT` races are put and not yet acknowledged by the learner; when the slots are full the
-  sender waits, and the games get no GO while more than K races wait for it: nothing grows without bound
-  (backpressure). While the store says paused, no game starts a new race;
+  sender waits, and the game gets no GO while a race waits for it: nothing grows without bound (backpressure).
+  While the store says paused, the game starts no new race;
 - the status poll: the policy store's version, pause flag, frame count and config (`StoreWeights`: the weights
   object is `ray.get` only when newer, and read as views of the node's one copy).
 
@@ -37,7 +36,6 @@ import uuid
 import warnings
 from collections import deque
 
-import numpy as np
 import ray
 import torch
 
@@ -56,8 +54,8 @@ STORE_CALL_TIMEOUT_S = 10.0
 ACTOR_SEED_BASE = 2_000  # producer indices of actors' games start here (local collectors count from 0)
 HANDOFF_WAIT_S = 1.0  # a handoff call returns at once when a race is ready, else after this
 ACTOR_CONCURRENCY = 4  # handoff waits while acknowledge, stats and the measurements are answered
-GAMES_CHECK_PERIOD_S = 0.5  # how often the decision loop looks for dead or silent game processes
-GAME_RESTART_DELAY_S = 1.0  # after a game process ended, before its next one starts (no busy crash loop)
+GAME_CHECK_PERIOD_S = 0.5  # how often the decision loop looks for a dead or silent game process
+GAME_RESTART_DELAY_S = 1.0  # after the game process ended, before the next one starts (no busy crash loop)
 
 
 class _ArraysAsNetwork:
@@ -77,7 +75,7 @@ class StoreWeights:
 
     The version is the one last polled by the actor's status thread: no call is made unless it moved. The
     arrays of the newest version are kept while the actor runs (views of the node's copy, no bytes of their
-    own), so the K games of an actor pull each version once."""
+    own)."""
 
     def __init__(self, store, timings):
         self.store = store
@@ -138,10 +136,9 @@ class Timings:
 
 
 class CollectorActor:
-    def __init__(self, index: int, actors_count: int, games: int, game_backend: str, store_name: str):
+    def __init__(self, index: int, actors_count: int, game_backend: str, store_name: str):
         use_acting_torch_settings()  # one torch thread, the collector's acting settings
         self.index = index
-        self.games = games
         self.incarnation = uuid.uuid4().hex[:12]
         self.store = store = ray.get_actor(store_name)  # by name: see policy_store.py
         self.timings = Timings()
@@ -157,41 +154,29 @@ class CollectorActor:
         self.send_queue: queue.Queue = queue.Queue()  # finished races for the sender (bounded by the GO rule)
         self.outbox: deque = deque()  # refs of races put and not yet handed to the learner
         self.slots = threading.Condition()
-        self.held = 0  # races received from the games and not yet put
+        self.held = 0  # races received from the game and not yet put
         self.races_put = 0
         self.acknowledged = 0
         self.races_played = 0
         self.races_lost_in_play = 0  # with a game process that died mid-race
         self.errors: list[str] = []
         self._poll_once()  # the weights version, the pause flag and the config before the first race
-        # one network decides for the K games
-        torch.manual_seed(producer_seed(self.cfg.seed, ACTOR_SEED_BASE + index * games))
+        seed = producer_seed(self.cfg.seed, ACTOR_SEED_BASE + index)  # --seed makes runs independent
+        torch.manual_seed(seed)
         float_layout = float_layout_for(self.cfg)
         n_actions = len(self.cfg.inputs)
         self.network = make_inference_network(self.cfg, float_layout, n_actions, jit=False)  # the acting program computes
-        self.program = self.network.mean_q_at(midpoint_taus(self.cfg.iqn_k), max_batch=games)
+        self.program = self.network.mean_q_at(midpoint_taus(self.cfg.iqn_k))
         self.version = -1  # never fetched: the first refresh always copies
         self._refresh_weights()
         self.layout = ObservationLayout(self.network.module.image_shape, float_layout.dim, n_actions)
-        self._frames = np.empty((games, *self.layout.frame_shape), np.uint8)
-        self._floats = np.empty((games, float_layout.dim), np.float32)
         self._answer = bytearray(self.layout.answer_bytes)
         self._answer[0] = Q[0]
         self._answer_version, self._answer_q = self.layout.version(self._answer), self.layout.q_values(self._answer)
-        self.workers = [
-            EnvWorker(
-                game,
-                {
-                    "actor": index,
-                    "index": index * games + game,  # its share of the map cycle
-                    "producers": actors_count * games,
-                    "seed_index": ACTOR_SEED_BASE + index * games + game,  # --seed makes runs independent
-                    "game_backend": game_backend,
-                },
-            )
-            for game in range(games)
-        ]
-        self._selector = selectors.DefaultSelector()  # the games' connections and the wake-up pipe
+        # the game's share of the map cycle is the actor's; its seeds are the actor's
+        setup = {"actor": index, "producers": actors_count, "seed": seed, "game_backend": game_backend}
+        self.game = EnvWorker(setup)
+        self._selector = selectors.DefaultSelector()  # the game's connection and the wake-up pipe
         self._wake_read, self._wake_write = os.pipe()  # other threads wake the decision loop (a slot freed, resumed)
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
@@ -229,41 +214,35 @@ class CollectorActor:
             self._note_error(f"policy store: {type(e).__name__}: {e}")
 
     def _decide_loop(self) -> None:
-        """Start the games (from this thread: Linux's parent-death signal follows the thread that started a
-        process), then serve them until stopped."""
-        # OpenMP's thread count is per thread, a new one starts from OMP_NUM_THREADS (Ray sets it to the actor's K
-        # CPUs): without this the batched inference ran on K spinning threads, ~40x slower on busy cores
+        """Start the game (from this thread: Linux's parent-death signal follows the thread that started a
+        process), then serve it until stopped."""
+        # OpenMP's thread count is per thread and a new one starts from OMP_NUM_THREADS: one, as the collectors
         use_acting_torch_settings()
         try:
             self._selector.register(self._wake_read, selectors.EVENT_READ, None)
-            for worker in self.workers:
-                self._start_game(worker)
-            next_check = time.monotonic() + GAMES_CHECK_PERIOD_S
+            self._start_game()
+            next_check = time.monotonic() + GAME_CHECK_PERIOD_S
             while not self.stopping.is_set():
-                observations = []
-                for key, _ in self._selector.select(timeout=GAMES_CHECK_PERIOD_S):
+                for key, _ in self._selector.select(timeout=GAME_CHECK_PERIOD_S):
                     if key.data is None:
                         self._drain_wake_ups()
                     else:
-                        self._receive(key.data, observations)
-                if observations:
-                    self._decide(observations)
-                self._give_races()
+                        self._receive()
+                self._give_race()
                 if time.monotonic() >= next_check:
-                    next_check = time.monotonic() + GAMES_CHECK_PERIOD_S
-                    self._check_games()
+                    next_check = time.monotonic() + GAME_CHECK_PERIOD_S
+                    self._check_game()
         except Exception:
             # a broken decision loop would leave the actor alive and silent: end its process, Ray restarts it (a
             # bounded number of times, after which the source reports it dead)
             self._note_error("the decision loop stopped by an error, the actor exits to be restarted:\n" + traceback.format_exc())
             os._exit(1)
         finally:
-            for worker in self.workers:
-                worker.stop()
+            self.game.stop()
 
-    def _start_game(self, worker: EnvWorker) -> None:
-        worker.start(self.config_version, self.config_values)
-        self._selector.register(worker.connection, selectors.EVENT_READ, worker)
+    def _start_game(self) -> None:
+        self.game.start(self.config_version, self.config_values)
+        self._selector.register(self.game.connection, selectors.EVENT_READ, self.game)
 
     def _drain_wake_ups(self) -> None:
         try:
@@ -272,93 +251,88 @@ class CollectorActor:
         except BlockingIOError:
             pass
 
-    def _receive(self, worker: EnvWorker, observations: list) -> None:
+    def _receive(self) -> None:
         try:
-            message = worker.receive()
+            message = self.game.receive()
         except (EOFError, OSError):
-            self._game_ended(worker)
+            self._game_ended()
             return
         kind = message[:1]
         if kind == OBSERVATION:
-            observations.append((worker, message))
+            self._decide(message)
         elif kind == WANT_RACE:
-            worker.state = "idle"
-            worker.wait_started = time.perf_counter()
+            self.game.state = "idle"
+            self.game.wait_started = time.perf_counter()
         elif kind == RACE:
-            worker.races += 1
+            self.game.races += 1
             with self.slots:
                 self.held += 1
                 self.races_played += 1
             self.send_queue.put(message)
         else:
-            self._game_ended(worker, f"sent an unknown message {kind!r}: killed")
+            self._game_ended(f"sent an unknown message {kind!r}: killed")
 
     def _refresh_weights(self) -> None:
         self.version = self.weights.fetch_into(self.network.load_state_dict_from, self.version)
         self.program.prepare()  # the rewrite happens (and is timed) with the refresh
 
-    def _decide(self, observations: list) -> None:
-        """One batched inference for every observation that is ready; each game gets its Q values and the version."""
-        if any(message[1] for _, message in observations):  # a game's update_network() asked for the newest weights
+    def _decide(self, message: bytes) -> None:
+        """The game's observation -> its Q values and the version of the weights that computed them."""
+        if message[1]:  # the game's update_network(): the newest weights first
             self._refresh_weights()
-        n = len(observations)
-        for row, (_, message) in enumerate(observations):
-            self._floats[row] = self.layout.floats(message)
-            self._frames[row] = self.layout.frame(message)
         start = time.perf_counter()
-        q_values = self.program.batch(self._frames[:n], self._floats[:n])
-        self.timings.add("inference_ms", 1000 * (time.perf_counter() - start), n)
-        self.timings.add("batch_size", n)
+        q_values = self.program(self.layout.frame(message), self.layout.floats(message))
+        self.timings.add("inference_ms", 1000 * (time.perf_counter() - start))
         self._answer_version[0] = self.version
-        for row, (worker, _) in enumerate(observations):
-            self._answer_q[:] = q_values[row]
-            try:
-                worker.send(self._answer)
-            except OSError:
-                self._game_ended(worker)
+        self._answer_q[:] = q_values
+        try:
+            self.game.send(self._answer)
+        except OSError:
+            self._game_ended()
 
-    def _give_races(self) -> None:
-        """GO to the games waiting for a race, unless paused or more than K races wait for the sender."""
-        for worker in self.workers:
-            if worker.state != "idle" or self.paused or self.held > self.games:
-                continue
-            changed = worker.config_version != self.config_version
-            order = {"frames_played": int(self.frames_played), "config_values": self.config_values if changed else None}
-            try:
-                worker.send(GO + json.dumps(order).encode())
-            except OSError:
-                self._game_ended(worker)
-                continue
-            worker.config_version = self.config_version
-            worker.state = "racing"
-            self.timings.add("backpressure_wait_ms", 1000 * (time.perf_counter() - worker.wait_started))
-
-    def _check_games(self) -> None:
-        """Restart the game processes that ended or fell silent; the others are left alone."""
-        now = time.monotonic()
-        stall_s = self.cfg.collector_stall_timeout_s
-        for worker in self.workers:
-            if worker.state == "stopped":
-                if now >= worker.restart_at and not self.stopping.is_set():
-                    self._start_game(worker)
-                    self._log(f"game {worker.game} restarted (process {worker.pid}, restart {worker.restarts})")
-            elif worker.exit_code() is not None:
-                self._game_ended(worker)
-            elif worker.state in ("starting", "racing") and now - worker.last_heard > stall_s:
-                self._game_ended(worker, f"was silent for {now - worker.last_heard:.0f} s (collector_stall_timeout_s {stall_s:g}): killed")
-
-    def _game_ended(self, worker: EnvWorker, why: str | None = None) -> None:
-        """Stop a game process that ended (`why` None: say its exit code) or must end; it restarts a second later."""
-        if worker.state == "stopped":
+    def _give_race(self) -> None:
+        """GO to the game when it waits for a race, unless paused or a race waits for the sender (besides the one
+        the sender may hold while the slots are full: the game then plays at most one more race and waits)."""
+        game = self.game
+        if game.state != "idle" or self.paused or self.held > 1:
             return
-        lost = worker.state == "racing"
-        self._selector.unregister(worker.connection)
-        worker.stop()
-        why = why or f"ended (exit code {worker.exit_code()})"
-        worker.restart_at = time.monotonic() + GAME_RESTART_DELAY_S
+        changed = game.config_version != self.config_version
+        order = {"frames_played": int(self.frames_played), "config_values": self.config_values if changed else None}
+        try:
+            game.send(GO + json.dumps(order).encode())
+        except OSError:
+            self._game_ended()
+            return
+        game.config_version = self.config_version
+        game.state = "racing"
+        self.timings.add("backpressure_wait_ms", 1000 * (time.perf_counter() - game.wait_started))
+
+    def _check_game(self) -> None:
+        """Restart the game process when it ended or fell silent."""
+        game, now = self.game, time.monotonic()
+        stall_s = self.cfg.collector_stall_timeout_s
+        if game.state == "stopped":
+            if now >= game.restart_at and not self.stopping.is_set():
+                self._start_game()
+                self._log(f"game restarted (process {game.pid}, restart {game.restarts})")
+        elif game.exit_code() is not None:
+            self._game_ended()
+        elif game.state in ("starting", "racing") and now - game.last_heard > stall_s:
+            self._game_ended(f"was silent for {now - game.last_heard:.0f} s (collector_stall_timeout_s {stall_s:g}): killed")
+
+    def _game_ended(self, why: str | None = None) -> None:
+        """Stop the game process that ended (`why` None: say its exit code) or must end; it restarts a second later."""
+        game = self.game
+        if game.state == "stopped":
+            return
+        lost = game.state == "racing"
+        self._selector.unregister(game.connection)
+        game.stop()
+        why = why or f"ended (exit code {game.exit_code()})"
+        game.restart_at = time.monotonic() + GAME_RESTART_DELAY_S
         if lost:
             self.races_lost_in_play += 1
-        self._note_error(f"game {worker.game}'s process {why}" + ("; its race in play is lost" if lost else "") + "; restarting it")
+        self._note_error(f"the game's process {why}" + ("; its race in play is lost" if lost else "") + "; restarting it")
 
     def _send(self) -> None:
         while not self.stopping.is_set():
@@ -412,6 +386,7 @@ class CollectorActor:
     def stats(self) -> dict:
         with self.slots:
             in_flight = self.races_put - self.acknowledged
+        game = self.game
         return {
             "incarnation": self.incarnation,
             "node_id": ray.get_runtime_context().get_node_id(),
@@ -420,7 +395,7 @@ class CollectorActor:
             "in_flight": in_flight,
             "paused": self.paused,
             "policy_version": self.version,
-            "games": [{"game": w.game, "pid": w.pid, "state": w.state, "restarts": w.restarts, "races": w.races} for w in self.workers],
+            "game": {"pid": game.pid, "state": game.state, "restarts": game.restarts, "races": game.races},
             "errors": list(self.errors),
             "timings": self.timings.take(),
         }

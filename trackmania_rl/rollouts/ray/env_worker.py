@@ -1,16 +1,15 @@
-"""A game process of a Ray collector actor (seed 000's EnvWorker), and the actor's handle on one (`EnvWorker`).
+"""The game process of a Ray collector actor (seed 000's EnvWorker), and the actor's handle on it (`EnvWorker`).
 
-A collector actor with K games (`ray_games_per_actor`) runs each in its own process, started and watched by the
-actor: the game, its map cycle and the race loop's game side (`RacePlayer`, rollouts/race.py) play here, and the
-actor decides the actions, in one batched inference over the games whose observations are ready
-(rollouts/ray/actor.py). The game's `exploration_policy` callback is an `ActorPolicy`: it sends the observation
-to the actor and waits for the Q values (A,) and the policy version they were computed with, then explores over
-them as a collector does (`Explorer.choose`: epsilon, epsilon-Boltzmann, from the schedules at the learner's
-frame count, per race). `update_network()` (every `update_inference_network_every_n_actions` decisions, and at
-each race's start) asks the actor, with the next observation, to bring its network up to date first.
+A collector actor runs its game in its own process, started and watched by the actor: the game, its map cycle and
+the race loop's game side (`RacePlayer`, rollouts/race.py) play here, and the actor decides the actions with its
+network (rollouts/ray/actor.py). The game's `exploration_policy` callback is an `ActorPolicy`: it sends the
+observation to the actor and waits for the Q values (A,) and the policy version they were computed with, then
+explores over them as a collector does (`Explorer.choose`: epsilon, epsilon-Boltzmann, from the schedules at the
+learner's frame count, per race). `update_network()` (every `update_inference_network_every_n_actions` decisions,
+and at each race's start) asks the actor, with the next observation, to bring its network up to date first.
 
 The two processes talk over a socket pair; each message is one `send_bytes`, its first byte says what it is:
-- actor -> game: SETUP (once, JSON: index, producers, game backend, config values), GO (start a race: the
+- actor -> game: SETUP (once, JSON: actor index, producers, seed, game backend, config values), GO (start a race: the
   learner's frame count, the config values when they changed; JSON), Q (the answer to an observation: version
   int64 and Q values float32 at fixed offsets);
 - game -> actor: WANT_RACE, OBSERVATION (refresh flag, floats float32, frame uint8 at fixed offsets), RACE (the
@@ -41,7 +40,7 @@ from trackmania_rl.agents.exploration import Explorer
 from trackmania_rl.agents.policy import RacePolicy
 from trackmania_rl.config.values import config_from_values
 from trackmania_rl.rollouts.local.collector import die_with_parent
-from trackmania_rl.rollouts.race import RacePlayer, producer_seed
+from trackmania_rl.rollouts.race import RacePlayer
 from trackmania_rl.rollouts.ray import race_arrays
 
 ENV_WORKER_MODULE = __name__  # run as `python -m trackmania_rl.rollouts.ray.env_worker FD PARENT_PID`
@@ -113,13 +112,13 @@ class ActorPolicy(RacePolicy):
 def _play(connection: Connection) -> None:
     """The game process's life: set up, then one race per GO, each sent back whole, until the actor is gone."""
     setup = json.loads(connection.recv_bytes()[1:])
-    index, game = setup["index"], setup["game"]
+    index = setup["actor"]
 
     def log(message: str) -> None:
-        print(f"[ray actor {setup['actor']} game {game}] {message}", flush=True)
+        print(f"[ray actor {index} game] {message}", flush=True)
 
     cfg = config_from_values(setup["config_values"], setup["game_backend"])
-    seed = producer_seed(cfg.seed, setup["seed_index"])
+    seed = setup["seed"]
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -141,7 +140,6 @@ def _play(connection: Connection) -> None:
             envelope = player.play(order["frames_played"])
             if envelope is None:  # the game crashed: logged by the player, the race dropped
                 continue
-            envelope.meta["game"] = game  # which of the actor's K games (meta["collector"] becomes the actor)
             envelope.meta["decision_wait_s"] = player.policy.wait_s
             connection.send_bytes(RACE + pickle.dumps(race_arrays.to_arrays(envelope), protocol=pickle.HIGHEST_PROTOCOL))
             player.handed_off()
@@ -165,12 +163,11 @@ def main(argv: list[str]) -> int:
 
 
 class EnvWorker:
-    """The actor's handle on its game process number `game`: `start()` (again after a death), `send`,
-    `receive`, `stop()`. `state` is "starting" (building the game), "idle" (waiting for GO) or "racing"."""
+    """The actor's handle on its game process: `start()` (again after a death), `send`, `receive`, `stop()`.
+    `state` is "stopped", "starting" (building the game), "idle" (waiting for GO) or "racing"."""
 
-    def __init__(self, game: int, setup: dict):
-        self.game = game
-        self.setup = {**setup, "game": game}
+    def __init__(self, setup: dict):
+        self.setup = setup
         self.process: subprocess.Popen | None = None
         self.connection: Connection | None = None
         self.state = "stopped"

@@ -1,9 +1,9 @@
 """The Ray rollout source: collector actors over a Ray cluster, the learner as the driver (DESIGN §2, §7).
 
 `make_ray_source(context)` connects to the cluster (`--ray auto` starts a local one on loopback, see
-cluster.py; an address joins a running one), checks that the cluster has a CPU for each game of each actor and
-starts the policy store. `start()` creates the actors (`ray_games_per_actor` CPUs each, one per game process,
-spread over the nodes, restarted by Ray when their process dies).
+cluster.py; an address joins a running one), checks that the cluster has a CPU for each actor (each plays one
+game) and starts the policy store. `start()` creates the actors (one CPU each, spread over the nodes, restarted
+by Ray when their process dies).
 
 The learner's side of the pipeline, all from its own thread and never blocking beyond `get`'s timeout:
 - each actor has one `handoff` call outstanding, answered with the refs of the races it put; `get` waits
@@ -70,10 +70,9 @@ class PendingRace:
 class RaySource(RolloutSource):
     name = SOURCE_NAME
 
-    def __init__(self, actors_count: int, games_per_actor: int, live, game_backend: str, log, local_cluster=None, owns_connection=False):
+    def __init__(self, actors_count: int, live, game_backend: str, log, local_cluster=None, owns_connection=False):
         self.clock = time.perf_counter  # what `get` measures its timeout with (tests give it a clock of their own)
         self.actors_count = actors_count
-        self.games_per_actor = games_per_actor
         self.live = live
         self.game_backend = game_backend
         self.log = log
@@ -98,18 +97,18 @@ class RaySource(RolloutSource):
     # ------------------------------------------------------------------------------------------ start
     def start(self) -> None:
         remote = ray.remote(CollectorActor).options(
-            num_cpus=self.games_per_actor,  # one CPU per game process; the actor's own thread decides between their steps
+            num_cpus=1,  # its game's process; the actor's own thread decides between the game's steps
             max_restarts=ACTOR_MAX_RESTARTS,
             max_task_retries=0,
             max_concurrency=ACTOR_CONCURRENCY,
             scheduling_strategy="SPREAD",
         )
         for index in range(self.actors_count):
-            handle = remote.remote(index, self.actors_count, self.games_per_actor, self.game_backend, self.store_name)
+            handle = remote.remote(index, self.actors_count, self.game_backend, self.store_name)
             self.slots.append(ActorSlot(index, handle))
         for slot in self.slots:
             self._ask(slot)
-        self.log(f"Ray: {self.actors_count} collector actor(s), {self.games_per_actor} game(s) each, on {_nodes_summary()}")
+        self.log(f"Ray: {self.actors_count} collector actor(s), one game each, on {_nodes_summary()}")
 
     def _ask(self, slot: ActorSlot) -> None:
         slot.handoff = slot.handle.handoff.remote(HANDOFF_WAIT_S)
@@ -280,7 +279,7 @@ class RaySource(RolloutSource):
                 continue
             in_flight_total += stats["in_flight"]
             figures[f"{prefix}/actor{index}/in_flight"] = stats["in_flight"]
-            figures[f"{prefix}/actor{index}/game_restarts"] = sum(game["restarts"] for game in stats["games"])
+            figures[f"{prefix}/actor{index}/game_restarts"] = stats["game"]["restarts"]
             for name, value in stats["timings"].items():
                 figures[f"{prefix}/actor{index}/{name}"] = round(value, 4)
         window, self._window = self._window, {key: [] for key in self._window}
@@ -356,13 +355,11 @@ def make_ray_source(context) -> RaySource:
         if connected_here:
             cluster.connect(address)
         total = ray.cluster_resources().get("CPU", 0)
-        games = cfg.ray_games_per_actor
-        if actors * games > total:
+        if actors > total:
             raise ConfigError(
-                f"--ray-actors {actors}: the Ray cluster at {address} has {total:g} CPU(s), one per game process "
-                f"(ray_games_per_actor {games}): ask for at most {int(total) // games}"
+                f"--ray-actors {actors}: the Ray cluster at {address} has {total:g} CPU(s), one per actor: ask for at most {int(total)}"
             )
-        return RaySource(actors, cfg.ray_games_per_actor, context.live, context.game_backend, context.log, local_cluster, connected_here)
+        return RaySource(actors, context.live, context.game_backend, context.log, local_cluster, connected_here)
     except BaseException as e:
         if connected_here and ray.is_initialized():
             ray.shutdown()
