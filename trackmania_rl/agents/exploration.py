@@ -12,48 +12,14 @@ def midpoint_taus(n_quantiles: int, device: torch.device | str = "cpu") -> torch
     return ((torch.arange(n_quantiles, dtype=torch.float32) + 0.5) / n_quantiles).unsqueeze(0).to(device)
 
 
-class Explorer:
-    """The action taken from one state's Q values (A,): greedy, epsilon or epsilon-Boltzmann.
-
-    Exploring (`is_explo`): with probability epsilon a uniformly random action, else with probability
-    epsilon_boltzmann argmax(Q + tau_epsilon_boltzmann N(0, 1)), else greedy. Not exploring: greedy.
-    `choose(q_values)` returns (action, action_was_greedy = action == argmax Q, value = max Q, Q as given);
-    ties go to the lowest index. Apart from `Inferer`, which computes the Q values itself, a game process of a
-    Ray collector actor explores with it over the Q values its actor computed for it (rollouts/ray/env_worker.py).
-    """
-
-    def __init__(self, cfg, n_actions: int, rng: np.random.Generator | None = None, is_explo: bool = True):
-        self.n_actions = int(n_actions)
-        self.rng = rng if rng is not None else np.random.default_rng()
-        self.is_explo = is_explo
-        self.epsilon = 0.0
-        self.epsilon_boltzmann = 0.0
-        self.tau_epsilon_boltzmann = float(cfg.tau_epsilon_boltzmann)
-
-    def set_exploration(self, epsilon: float, epsilon_boltzmann: float, tau_epsilon_boltzmann: float | None = None) -> None:
-        self.epsilon, self.epsilon_boltzmann = float(epsilon), float(epsilon_boltzmann)
-        if tau_epsilon_boltzmann is not None:
-            self.tau_epsilon_boltzmann = float(tau_epsilon_boltzmann)
-
-    def choose(self, q_values: np.ndarray) -> tuple[int, bool, float, np.ndarray]:
-        greedy_action = int(q_values.argmax())
-        action = greedy_action
-        if self.is_explo:
-            r = self.rng.random()
-            if r < self.epsilon:
-                action = int(self.rng.integers(self.n_actions))
-            elif r < self.epsilon + self.epsilon_boltzmann:
-                action = int(np.argmax(q_values + self.tau_epsilon_boltzmann * self.rng.standard_normal(self.n_actions)))
-        return action, action == greedy_action, float(q_values[greedy_action]), q_values
-
-
-class Inferer(Explorer):
-    """Action selection from one state (collectors, analysis): the Q values computed by `network`, the action
-    chosen from them as `Explorer.choose` does.
+class Inferer:
+    """Action selection from one state (collectors, analysis).
 
     Q(a) = mean over `iqn_k` quantiles at the fixed midpoint fractions (deterministic for a given network).
-    Returns (action, action_was_greedy, value = max Q, Q as float32 (A,)). `network` is any callable with
-    IQNNetwork's forward (eager, TorchScript or compiled).
+    Exploring (`is_explo`): with probability epsilon a uniformly random action, else with probability
+    epsilon_boltzmann argmax(Q + tau_epsilon_boltzmann N(0, 1)), else greedy. Not exploring: greedy.
+    Returns (action, action_was_greedy = action == argmax Q, value = max Q, Q as float32 (A,)); ties go to
+    the lowest index. `network` is any callable with IQNNetwork's forward (eager, TorchScript or compiled).
     """
 
     def __init__(
@@ -65,15 +31,25 @@ class Inferer(Explorer):
         rng: np.random.Generator | None = None,
         is_explo: bool = True,
     ):
-        super().__init__(cfg, n_actions, rng, is_explo)
         self.network = network
+        self.n_actions = int(n_actions)
         self.device = torch.device(device)
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self.is_explo = is_explo
+        self.epsilon = 0.0
+        self.epsilon_boltzmann = 0.0
+        self.tau_epsilon_boltzmann = float(cfg.tau_epsilon_boltzmann)
         self.n_quantiles = int(cfg.iqn_k)
         self.taus = midpoint_taus(self.n_quantiles, self.device)
         # on the CPU, an InferenceNetwork (agents/acting.py) acts through its short program for the mean Q
         # at these fixed fractions; other networks, and any network on a GPU, through forward
         mean_q_at = getattr(network, "mean_q_at", None)
         self._mean_q = mean_q_at(self.taus) if mean_q_at is not None and self.device.type == "cpu" else None
+
+    def set_exploration(self, epsilon: float, epsilon_boltzmann: float, tau_epsilon_boltzmann: float | None = None) -> None:
+        self.epsilon, self.epsilon_boltzmann = float(epsilon), float(epsilon_boltzmann)
+        if tau_epsilon_boltzmann is not None:
+            self.tau_epsilon_boltzmann = float(tau_epsilon_boltzmann)
 
     def prepare(self) -> None:
         """Bring the acting program up to date with the network's weights now rather than at the next
@@ -96,6 +72,14 @@ class Inferer(Explorer):
             q_values = self._mean_q(frame, state_float)
         else:
             q_values = self.infer_network(frame, state_float).mean(axis=0)  # float32
-        return self.choose(q_values)
+        greedy_action = int(q_values.argmax())
+        action = greedy_action
+        if self.is_explo:
+            r = self.rng.random()
+            if r < self.epsilon:
+                action = int(self.rng.integers(self.n_actions))
+            elif r < self.epsilon + self.epsilon_boltzmann:
+                action = int(np.argmax(q_values + self.tau_epsilon_boltzmann * self.rng.standard_normal(self.n_actions)))
+        return action, action == greedy_action, float(q_values[greedy_action]), q_values
 
     __call__ = get_exploration_action

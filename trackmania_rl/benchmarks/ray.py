@@ -36,7 +36,7 @@ from trackmania_rl.rollouts.ray.source import MB, RaySource
 
 QUIET_TIMEOUT_S = 60.0
 # the actor's timings reported with the N figures, ms per action
-ACTOR_TIMINGS = ("inference_ms", "decision_wait_ms", "game_step_ms")
+ACTOR_TIMINGS = ("inference_ms", "game_step_ms")
 
 
 def _quiet_log(message: str) -> None:
@@ -49,7 +49,7 @@ def _ray_source(live, count: int) -> RaySource:
 
 def _run_ray(live, weights, count: int, window_s: float, on_envelope=None, actor_timings=None) -> float:
     """Actions/s of `count` actors (`source_actions_per_s`); each actor's timings over the window (the actor's
-    `stats`: inference, the game's wait for its decisions, the game step) appended to `actor_timings`."""
+    `stats`: its decisions and its game's steps, per action) appended to `actor_timings`."""
     source = _ray_source(live, count)
     source.publish(1, weights)
     source.start()
@@ -66,8 +66,8 @@ def _run_ray(live, weights, count: int, window_s: float, on_envelope=None, actor
 
 class StageTimes:
     """The per-action stage times of the races seen (end_race_stats `instrumentation__<stage>`, ns per action, as
-    the game measures them; they add up to the race's wall time): where two kinds of producer differ. For a Ray
-    actor's game, `exploration_policy` is the round trip to its actor (its inference, the pipe, scheduling)."""
+    the game measures them; they add up to the race's wall time): where two kinds of producer differ (in a Ray actor
+    every stage may also wait for the interpreter lock while the actor's other threads run)."""
 
     PREFIX = "instrumentation__"
 

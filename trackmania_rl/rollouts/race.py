@@ -3,8 +3,7 @@
 A local collector process, a Ray collector actor and the reference HTTP client all play through a
 `RacePlayer`; what differs between them is where the weights come from (`weights`: any object with
 `fetch_into(load_fn, have_version) -> version`, like rollouts/local/shared_network.SharedNetwork) and where
-the envelope goes. Each action records the policy version it was chosen with. A Ray actor's game process plays
-through one too, with a policy whose Q values its actor computes (`make_policy`; rollouts/ray/env_worker.py).
+the envelope goes. Each action records the policy version it was chosen with.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from trackmania_rl.agents.policy import CollectorPolicy, RacePolicy
+from trackmania_rl.agents.policy import CollectorPolicy
 from trackmania_rl.games import make_game_instance
 from trackmania_rl.games.base import GameCrashed
 from trackmania_rl.games.map_cycle import MapCycle
@@ -26,29 +25,15 @@ def producer_seed(run_seed: int, index: int) -> int:
 
 class RacePlayer:
     """`index` of `producers_count` picks this player's share of the map cycle; `source_name` goes in every
-    envelope's meta['source']. The policy is a `CollectorPolicy` over `weights`, or what
-    `make_policy(cfg, float_layout, n_actions)` returns (a `RacePolicy`; `weights` is then unused)."""
+    envelope's meta['source']."""
 
-    def __init__(
-        self,
-        cfg,
-        game_backend: str,
-        weights,
-        index: int,
-        producers_count: int,
-        source_name: str,
-        log: Callable[[str], None],
-        make_policy: Callable[..., RacePolicy] | None = None,
-    ):
+    def __init__(self, cfg, game_backend: str, weights, index: int, producers_count: int, source_name: str, log: Callable[[str], None]):
         self.cfg = cfg
         self.index = index
         self.source_name = source_name
         self.log = log
         self.game = make_game_instance(cfg, game_backend)
-        if make_policy is None:
-            self.policy: RacePolicy = CollectorPolicy(cfg, self.game.float_layout, len(cfg.inputs), weights)
-        else:
-            self.policy = make_policy(cfg, self.game.float_layout, len(cfg.inputs))
+        self.policy = CollectorPolicy(cfg, self.game.float_layout, len(cfg.inputs), weights)
         self.cycle = MapCycle(cfg.map_cycle, collector_index=index, collectors_count=producers_count, seed=cfg.seed)
         self.races_played = 0
         self.last_handoff = time.perf_counter()  # when the previous race was handed on (queue, object store, HTTP)

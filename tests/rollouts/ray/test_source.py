@@ -1,8 +1,6 @@
 """The Ray source on a real single-node cluster with real CarRacing races: the envelope, the policy versions,
 pausing, backpressure, a `get` that never waits beyond its timeout, and the CPU bound on actors."""
 
-import os
-import signal
 import time
 from types import SimpleNamespace
 
@@ -119,42 +117,6 @@ def test_races_arrive_as_valid_envelopes_paced_and_bounded(ray_head, short_races
     finally:
         source.stop()
     assert any("0 lost" in line for line in source.summary())
-
-
-def test_an_actor_plays_in_a_game_process_and_restarts_it_when_it_is_killed(ray_head, short_races_live):
-    cfg = short_races_live.current
-    layout = float_layout_for(cfg)
-    shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
-    source = RaySource(1, short_races_live, "carracing", lambda m: None)
-    source.publish(3, _weights(cfg, 3))
-    source.start()
-    handle = source.slots[0].handle
-    try:
-        for _ in range(2):
-            rollout, _, meta = validate_envelope(_next_race(source), shape)
-            assert meta["collector"] == 0 and set(rollout["policy_version"]) == {3}
-        stats = ray.get(handle.stats.remote())
-        assert stats["game"]["state"] != "stopped" and not stats["errors"], stats
-        game_pid = stats["game"]["pid"]
-        actor_pid = ray._private.state.actors()[handle._actor_id.hex()]["Pid"]
-        assert game_pid != actor_pid  # the game plays in a process of its own, beside the actor's
-
-        # SIGKILL the game's process: the actor (same incarnation, not restarted by Ray) starts a new one, which
-        # delivers races again, with the newest weights
-        os.kill(game_pid, signal.SIGKILL)
-        source.publish(4, _weights(cfg, 4))
-        deadline = time.monotonic() + 120
-        versions = set()
-        while 4 not in versions and time.monotonic() < deadline:
-            versions.update(validate_envelope(_next_race(source), shape)[0]["policy_version"])
-        stats = ray.get(handle.stats.remote())
-        game = stats["game"]
-        assert game["restarts"] == 1 and game["pid"] != game_pid and game["races"] >= 1, (stats, versions)
-        assert stats["incarnation"] == source.slots[0].incarnation and source.slots[0].restarts == 0
-        assert any("the game's process ended (exit code -9)" in error for error in stats["errors"]), stats["errors"]
-        assert stats["races_lost_in_play"] <= 1
-    finally:
-        source.stop()
 
 
 def test_more_actors_than_the_cluster_has_cpus_is_refused_with_the_numbers(ray_head, short_races_live, tmp_path):

@@ -14,7 +14,6 @@ import ray
 from tests.faults.helpers import Trainer, train_command
 from tests.helpers import write_tiny_config
 from tests.rollouts.ray.conftest import path_without_ray
-from trackmania_rl.rollouts.ray.env_worker import ENV_WORKER_MODULE
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -128,26 +127,6 @@ def _node_folders_of(pid: int) -> list[str]:
     return folders
 
 
-def _descendants_running(roots: list[int], module: str) -> list[int]:
-    """Processes started, directly or not, by one of `roots` that run `python -m module` (the raylet starts the
-    actor's worker, whose command line Ray rewrites; the actor starts its game processes)."""
-    parent_of, argv_of = {}, {}
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit():
-                argv_of[int(entry)] = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
-                parent_of[int(entry)] = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-
-    def descends(pid: int) -> bool:
-        while pid in parent_of and pid not in roots:
-            pid = parent_of[pid]
-        return pid in roots
-
-    return [pid for pid, argv in argv_of.items() if module.encode() in argv and pid in parent_of and descends(parent_of[pid])]
-
-
 # Ray's own error-level log lines, as its C++ core prints them: "[2026-11-27 07:43:34,939 E 6434 6434] file.cc:..."
 RAY_ERROR_LINE = re.compile(r"^\[[\d-]+ [\d:,]+ E \d+ \d+\]", re.MULTILINE)
 
@@ -165,25 +144,12 @@ def test_ray_auto_from_an_unactivated_venv_runs_cleanly_and_a_killed_learner_lea
         folders = _node_folders_of(trainer.process.pid)
         # the watchdog, ray start, the node's own processes and the actor's worker all name the node's folder
         assert len(folders) == 1 and len(_processes_mentioning(folders[0])) >= 4, folders
-        games = _descendants_running(_processes_mentioning(folders[0]), ENV_WORKER_MODULE)
-        assert len(games) == 1, games  # the actor's game process
         trainer.signal(signal.SIGKILL)
         trainer.finish(30)
         deadline = time.monotonic() + 30
-        while (_processes_mentioning(folders[0]) or _alive(games)) and time.monotonic() < deadline:
+        while _processes_mentioning(folders[0]) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert _processes_mentioning(folders[0]) == [] and _alive(games) == []
+        assert _processes_mentioning(folders[0]) == []
         assert not Path(folders[0]).exists()
     finally:
         trainer.kill()
-
-
-def _alive(pids: list[int]) -> list[int]:
-    return [pid for pid in pids if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)]
-
-
-def _state(pid: int) -> str:
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "Z"

@@ -32,10 +32,9 @@ def _parent_alive() -> bool:
     return parent is None or parent.is_alive()
 
 
-def die_with_parent() -> None:
-    """Linux: have the kernel kill this process if its parent (the learner; for a Ray actor's game process, the
-    actor's thread that started it) dies, even by SIGKILL (no orphan collectors). Elsewhere the collector notices
-    a dead parent between races and while waiting to put."""
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this process if the learner dies, even by SIGKILL (no orphan
+    collectors). Elsewhere the collector notices a dead parent between races and while waiting to put."""
     try:
         import ctypes
 
@@ -61,7 +60,7 @@ def collector_main(
     """Process entry point. Never returns while the run goes on; exceptions other than game crashes end
     the process with a traceback, and the learner's pool restarts it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle; it stops us
-    die_with_parent()
+    _die_with_parent()
     if not _parent_alive():  # the learner died before the death signal was armed
         return
 

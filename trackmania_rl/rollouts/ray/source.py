@@ -30,8 +30,7 @@ from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.config.values import config_to_values
 from trackmania_rl.rollouts.contract import POLICY_VERSION
 from trackmania_rl.rollouts.ray import cluster, race_arrays
-from trackmania_rl.rollouts.ray.actor import ACTOR_CONCURRENCY, HANDOFF_WAIT_S, CollectorActor
-from trackmania_rl.rollouts.ray.env_worker import SOURCE_NAME
+from trackmania_rl.rollouts.ray.actor import ACTOR_CONCURRENCY, HANDOFF_WAIT_S, SOURCE_NAME, CollectorActor
 from trackmania_rl.rollouts.ray.policy_store import start_policy_store
 from trackmania_rl.rollouts.source import RolloutSource, SourceHealth
 
@@ -97,7 +96,7 @@ class RaySource(RolloutSource):
     # ------------------------------------------------------------------------------------------ start
     def start(self) -> None:
         remote = ray.remote(CollectorActor).options(
-            num_cpus=1,  # its game's process; the actor's own thread decides between the game's steps
+            num_cpus=1,  # its one game
             max_restarts=ACTOR_MAX_RESTARTS,
             max_task_retries=0,
             max_concurrency=ACTOR_CONCURRENCY,
@@ -279,7 +278,6 @@ class RaySource(RolloutSource):
                 continue
             in_flight_total += stats["in_flight"]
             figures[f"{prefix}/actor{index}/in_flight"] = stats["in_flight"]
-            figures[f"{prefix}/actor{index}/game_restarts"] = stats["game"]["restarts"]
             for name, value in stats["timings"].items():
                 figures[f"{prefix}/actor{index}/{name}"] = round(value, 4)
         window, self._window = self._window, {key: [] for key in self._window}
