@@ -178,7 +178,6 @@ learner_group_timeout_s = 120  # [restart] a rank that does not answer a collect
 ray_address = None  # [restart] "auto": a local Ray cluster on loopback; or a cluster's address (docs/cluster.md)
 ray_actors = 0  # [restart] collector actors on the Ray cluster
 # (more Ray settings here)
-ray_games_per_actor = 1  # [restart] games each Ray actor plays side by side (threads, one CPU per actor)
 ray_object_store_mb = 512  # [restart] object store of the cluster `ray_address = "auto"` starts
 http_listen = None  # [restart] "127.0.0.1:8642": serve external game clients (docs/http-api.md)
 # (more HTTP settings here)

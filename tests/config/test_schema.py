@@ -1,12 +1,17 @@
 """The settings table is the one place that says which settings need a restart; the docs follow it."""
 
+import json
 import re
 from pathlib import Path
 
+import pytest
+
 from trackmania_rl.config.loader import CONFIG_DIR, load_config, read_python_file
-from trackmania_rl.config.schema import ADDED_LATER, RESTART_ONLY, SETTINGS
+from trackmania_rl.config.schema import ADDED_LATER, RESTART_ONLY, RETIRED, SETTINGS, ConfigError
+from trackmania_rl.config.values import config_from_values
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
 def test_docs_mark_exactly_the_restart_only_settings():
@@ -40,3 +45,20 @@ def test_a_config_written_before_a_setting_existed_gets_its_value(tmp_path):
     assert not set(ADDED_LATER) & set(read_python_file(older))
     cfg = load_config(older, game_backend="carracing")
     assert {name: getattr(cfg, name) for name in ADDED_LATER} == ADDED_LATER
+
+
+def test_a_retired_setting_is_dropped_at_its_last_value_and_refused_at_any_other(tmp_path):
+    """An older config copy or a shipped model's settings may still hold a removed setting at the value that kept
+    today's behaviour; any other value asked for a behaviour that is gone."""
+    for name, (value, _) in RETIRED.items():
+        assert name not in SETTINGS and name not in read_python_file(CONFIG_DIR / "config.py")
+        older = tmp_path / f"older_{name}.py"
+        older.write_text((CONFIG_DIR / "config.py").read_text() + f"{name} = {value!r}\n")
+        assert not hasattr(load_config(older, game_backend="carracing"), name)
+        older.write_text((CONFIG_DIR / "config.py").read_text() + f"{name} = {value + 1!r}\n")
+        with pytest.raises(ConfigError, match=f"setting `{name}` was removed"):
+            load_config(older, game_backend="carracing")
+    # the shipped model's settings were written while ray_games_per_actor existed
+    values = json.loads((MODELS / "carracing_default" / "settings.json").read_text())
+    assert values["ray_games_per_actor"] == 1
+    config_from_values(values, "carracing")

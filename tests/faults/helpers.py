@@ -34,8 +34,8 @@ def run_train(tmp_path: Path, *args: str, timeout_s: float = 120) -> subprocess.
 class Trainer:
     """scripts/train.py in its own process; stdout and stderr collected through a pipe by a thread."""
 
-    def __init__(self, command: list[str], cwd: Path):
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, text=True)
+    def __init__(self, command: list[str], cwd: Path, env: dict | None = None):
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, text=True, env=env)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

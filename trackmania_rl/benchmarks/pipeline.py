@@ -115,12 +115,12 @@ def _local_source(ctx, config_path: Path, shared, count: int) -> LocalCollectorS
     return LocalCollectorSource(pool, shared, pause_event, frames_played, stall_timeout_s=lambda: 600.0)
 
 
-def local_actions_per_s(ctx, config_path: Path, shared, count: int, window_s: float) -> float:
+def local_actions_per_s(ctx, config_path: Path, shared, count: int, window_s: float, on_envelope=None) -> float:
     """`count` local collector processes' actions/s (`source_actions_per_s`), the learner only draining."""
     source = _local_source(ctx, config_path, shared, count)
     source.start()
     try:
-        return source_actions_per_s(source, count, window_s)
+        return source_actions_per_s(source, count, window_s, on_envelope)
     finally:
         source.stop()
 

@@ -3,15 +3,14 @@
 - `ray.actions_per_s_ratio`: actions/s of N Ray collector actors ÷ N local collector processes, same machine, same
   config, same count, each counted over the same window after each producer's warm-up race; the two kinds are
   measured in back-to-back pairs (order alternated), 4 pairs of 20 s windows, N = 1 and 2; per N the median of the
-  pairs' ratios; the figure is the smaller of the two.
-  Target >= 0.95.
+  pairs' ratios; the figure is the smaller of the two. Target >= 0.95. Each `ray.actions_per_s_n{N}` line also gives
+  both kinds' per-action stage times (`StageTimes`), which name where they differ.
 - `ray.weight_copies_per_node_per_publish`: after a publish that every actor has pulled, with the actors paused
   and no race in flight, each node's object-store bytes ÷ the weights object's size, on a two-node cluster with
   2 actors per node (`weight_copies_per_node`); the figure is the largest over the nodes. Target 1. Also says
   whether each actor's arrays are read-only views of the object store (no private copy).
 - `ray.ingest_fraction`: learner time to take one race (`source.get`: ray.get, array views back into lists) and
   store it (`ingest_envelope`) ÷ that race's play time. Median. Target <= 0.02.
-- `ray.actions_per_s_per_actor_k{K}`: one actor playing K games side by side (ray_games_per_actor), K = 1, 2, 4.
 - the per-rollout and per-publish costs docs/cluster.md's estimate starts from: race MB, publish ms and MB.
 """
 
@@ -36,25 +35,52 @@ from trackmania_rl.rollouts.ray import cluster
 from trackmania_rl.rollouts.ray.source import MB, RaySource
 
 QUIET_TIMEOUT_S = 60.0
+# the actor's timings reported with the N figures, ms per action
+ACTOR_TIMINGS = ("inference_ms", "game_step_ms")
 
 
 def _quiet_log(message: str) -> None:
     return None
 
 
-def _ray_source(live, count: int, games: int = 1) -> RaySource:
-    source = RaySource(count, games, live, GAME_BACKEND, _quiet_log)
-    return source
+def _ray_source(live, count: int) -> RaySource:
+    return RaySource(count, live, GAME_BACKEND, _quiet_log)
 
 
-def _run_ray(live, weights, count: int, window_s: float, games: int = 1) -> float:
-    source = _ray_source(live, count, games)
+def _run_ray(live, weights, count: int, window_s: float, on_envelope=None, actor_timings=None) -> float:
+    """Actions/s of `count` actors (`source_actions_per_s`); each actor's timings over the window (the actor's
+    `stats`: its decisions and its game's steps, per action) appended to `actor_timings`."""
+    source = _ray_source(live, count)
     source.publish(1, weights)
     source.start()
     try:
-        return source_actions_per_s(source, count, window_s)
+        source_actions_per_s(source, count, 0.0)  # every actor has played: its timings start with the window
+        ray.get([slot.handle.stats.remote() for slot in source.slots])
+        rate = source_actions_per_s(source, count, window_s, on_envelope)
+        if actor_timings is not None:
+            actor_timings += [stats["timings"] for stats in ray.get([slot.handle.stats.remote() for slot in source.slots])]
+        return rate
     finally:
         _stop_actors(source)
+
+
+class StageTimes:
+    """The per-action stage times of the races seen (end_race_stats `instrumentation__<stage>`, ns per action, as
+    the game measures them; they add up to the race's wall time): where two kinds of producer differ (in a Ray actor
+    every stage may also wait for the interpreter lock while the actor's other threads run)."""
+
+    PREFIX = "instrumentation__"
+
+    def __init__(self):
+        self.ns: dict[str, list[float]] = {}
+
+    def __call__(self, envelope) -> None:
+        for key, value in envelope[1].items():
+            if key.startswith(self.PREFIX):
+                self.ns.setdefault(key[len(self.PREFIX) :], []).append(value)
+
+    def medians_us(self) -> dict[str, float]:
+        return {stage: round(statistics.median(values) / 1e3, 1) for stage, values in sorted(self.ns.items())}
 
 
 def _stop_actors(source: RaySource) -> None:
@@ -192,14 +218,15 @@ def run(args):
         # throughput against local processes, alternated
         ratios = {}
         for count in (1, 2):
-            local_runs, ray_runs = [], []
+            local_runs, ray_runs, timings = [], [], []
+            stages = {"local": StageTimes(), "ray": StageTimes()}
             for repeat in range(repeats):
                 order = ("local", "ray") if repeat % 2 == 0 else ("ray", "local")
                 for kind in order:
                     if kind == "local":
-                        local_runs.append(local_actions_per_s(ctx, config_path, shared, count, window_s))
+                        local_runs.append(local_actions_per_s(ctx, config_path, shared, count, window_s, stages["local"]))
                     else:
-                        ray_runs.append(_run_ray(live, weights, count, window_s))
+                        ray_runs.append(_run_ray(live, weights, count, window_s, on_envelope=stages["ray"], actor_timings=timings))
             local, remote = statistics.median(local_runs), statistics.median(ray_runs)
             # each repeat's two windows are back to back: their ratio cancels the machine's drift, which moves the
             # speed of both kinds by more than the 5 % margin between repeats
@@ -214,6 +241,8 @@ def run(args):
                 "ray_runs": [round(r, 1) for r in ray_runs],
                 "local_runs": [round(r, 1) for r in local_runs],
                 "window_s": window_s,
+                "stage_us_per_action": {kind: times.medians_us() for kind, times in stages.items()},
+                "ray_actor_ms_per_action": {key: round(statistics.median(t[key] for t in timings), 3) for key in ACTOR_TIMINGS},
             }
         yield {
             "figure": "ray.actions_per_s_ratio",
@@ -223,11 +252,6 @@ def run(args):
             "ratio_n1": round(ratios[1], 3),
             "ratio_n2": round(ratios[2], 3),
         }
-
-        # K games per actor
-        for games in (1, 2, 4):
-            rate = _run_ray(live, weights, 1, window_s, games=games)
-            yield {"figure": f"ray.actions_per_s_per_actor_k{games}", "value": round(rate, 1), "unit": "actions/s", "games": games}
 
         # one weight copy per node: a second node, 2 actors on each
         worker = cluster.LocalNode.worker(head.address, head.token_path, num_cpus=2, object_store_bytes=256 * MB)

@@ -12,7 +12,7 @@ import types
 from pathlib import Path
 
 from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP
-from trackmania_rl.config.schema import ADDED_LATER, SETTINGS, ConfigError
+from trackmania_rl.config.schema import ADDED_LATER, RETIRED, SETTINGS, ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "config_files"
@@ -69,6 +69,9 @@ def build_config(values: dict, game_backend: str = "carracing", inputs: dict | N
     if game_backend not in MS_PER_PHYSICS_STEP:
         raise ConfigError(f"user_config.game_backend: unknown game backend {game_backend!r}; expected one of {sorted(MS_PER_PHYSICS_STEP)}")
     values = {**{k: v for k, v in ADDED_LATER.items() if k not in values}, **values}
+    for name, (value, reason) in RETIRED.items():
+        if name in values and values.pop(name) != value:
+            raise ConfigError(f"{source}: setting `{name}` was removed: {reason}")
     missing = [name for name in SETTINGS if name not in values]
     if missing:
         raise ConfigError(f"{source}: missing setting(s) {', '.join(missing)}")

@@ -236,7 +236,6 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "ray_address": (_optional_text, 'None, "auto" (a local cluster on loopback) or a Ray cluster address', True),
     "ray_actors": (_non_negative_int, "an integer >= 0 (collector actors on the Ray cluster)", True),
     # ---- more Ray source settings (rollouts/ray) here
-    "ray_games_per_actor": (_positive_int, "a positive integer (games each Ray collector actor plays side by side)", True),
     "ray_object_store_mb": (_positive_int, "a positive integer (MB of object store of the cluster `auto` starts)", True),
     "http_listen": (_optional_text, 'None or "HOST:PORT" (the HTTP endpoint for external game clients)', True),
     # ---- more HTTP source settings (rollouts/http) here
@@ -244,6 +243,16 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "http_off_policy_tolerance": (_non_negative_int, "an integer >= 0 (races waiting before clients are told to pause)", False),
     "http_heartbeat_interval_s": (_positive_number, "a positive number (s)", False),
     "http_client_timeout_s": (_positive_number, "a positive number (s)", False),
+}
+
+# Settings that were removed, with the one value an older file may still hold (a shipped model's settings, an older
+# run's config copy): dropped when read. Any other value is refused with the reason (its behaviour is gone).
+RETIRED = {
+    "ray_games_per_actor": (
+        1,
+        "each Ray actor plays one game (K games in one actor measured slower than K actors, docs/cluster.md); "
+        "for more games use more actors (ray_actors, --ray-actors)",
+    ),
 }
 
 # settings that a live config edit cannot change (network shape, buffer layout, processes): a restart applies them
@@ -270,7 +279,6 @@ ADDED_LATER = {
     "ray_address": None,
     "ray_actors": 0,
     # ---- Ray source settings added later
-    "ray_games_per_actor": 1,
     "ray_object_store_mb": 512,
     "http_listen": None,
     # ---- HTTP source settings added later

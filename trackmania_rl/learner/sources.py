@@ -69,7 +69,7 @@ def games_on_this_machine(options, cfg, collectors_count: int) -> int:
     games = collectors_count
     if ray_address(options, cfg) == "auto":
         actors = options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
-        games += actors * cfg.ray_games_per_actor
+        games += actors
     listen = http_listen(options, cfg)
     if listen is not None:
         host = listen.rpartition(":")[0].strip("[]")

@@ -1,8 +1,14 @@
 """A real Ray cluster of loopback nodes for the Ray source's tests (skipped without the ray extra).
 
 One head node (127.0.0.2, 2 CPUs, token auth on) for the whole session, this process its driver; tests that
-need a second node add one on 127.0.0.3 (`worker_node`) and may stop it.
+need a second node add one on 127.0.0.3 (`worker_node`) and may stop it. Every node is started with a PATH that
+holds no `ray` command (`path_without_ray`), as from an unactivated venv: the cluster helpers must not need one.
 """
+
+import os
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,9 +25,21 @@ HEAD_CPUS = 2
 WORKER_CPUS = 2
 
 
+def path_without_ray() -> str:
+    """This process's PATH less the interpreter's own folder and every folder with a `ray` command in it (pyenv's
+    shims, an activated venv's bin): what a process run by a venv's python without activating the venv sees."""
+    here = Path(sys.executable).parent
+    folders = [f for f in os.environ.get("PATH", "").split(os.pathsep) if f and Path(f) != here and not (Path(f) / "ray").exists()]
+    path = os.pathsep.join(folders)
+    assert shutil.which("ray", path=path) is None, path
+    return path
+
+
 @pytest.fixture(scope="session")
 def ray_head():
-    head = cluster.LocalNode.head(num_cpus=HEAD_CPUS, object_store_bytes=200 * MB)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", path_without_ray())
+        head = cluster.LocalNode.head(num_cpus=HEAD_CPUS, object_store_bytes=200 * MB)
     cluster.use_token_file(head.token_path)
     cluster.connect(head.address)
     yield head
@@ -31,7 +49,9 @@ def ray_head():
 
 @pytest.fixture
 def worker_node(ray_head):
-    node = cluster.LocalNode.worker(ray_head.address, ray_head.token_path, num_cpus=WORKER_CPUS, object_store_bytes=200 * MB)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", path_without_ray())
+        node = cluster.LocalNode.worker(ray_head.address, ray_head.token_path, num_cpus=WORKER_CPUS, object_store_bytes=200 * MB)
     node.node_id = node.wait_joined()
     yield node
     node.stop()

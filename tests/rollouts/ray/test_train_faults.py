@@ -13,6 +13,7 @@ import ray
 
 from tests.faults.helpers import Trainer, train_command
 from tests.helpers import write_tiny_config
+from tests.rollouts.ray.conftest import path_without_ray
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -126,12 +127,20 @@ def _node_folders_of(pid: int) -> list[str]:
     return folders
 
 
-def test_a_killed_learner_leaves_no_process_of_the_cluster_it_started(tmp_path):
-    config = write_tiny_config(tmp_path)
+# Ray's own error-level log lines, as its C++ core prints them: "[2026-11-27 07:43:34,939 E 6434 6434] file.cc:..."
+RAY_ERROR_LINE = re.compile(r"^\[[\d-]+ [\d:,]+ E \d+ \d+\]", re.MULTILINE)
+
+
+def test_ray_auto_from_an_unactivated_venv_runs_cleanly_and_a_killed_learner_leaves_no_process_behind(tmp_path):
+    config = write_tiny_config(tmp_path, save_frequency_s=2)
     config.write_text(config.read_text() + "cutoff_rollout_if_race_not_finished_within_duration_ms = 1_600\n")
-    trainer = Trainer(train_command(tmp_path, "auto_run", "--collectors", "0", "--ray", "auto", "--ray-actors", "1"), cwd=tmp_path)
+    command = train_command(tmp_path, "auto_run", "--collectors", "0", "--ray", "auto", "--ray-actors", "1")
+    # no `ray` command on PATH, as when a venv's python is run without activating the venv (an IDE, cron, systemd)
+    trainer = Trainer(command, cwd=tmp_path, env={**os.environ, "PATH": path_without_ray()})
     try:
         trainer.wait_for(r"Ray: 1 collector actor\(s\)", 90)
+        _wait_more_frames(trainer, 0, 120)  # the actor and its game played races that reached the learner
+        assert not RAY_ERROR_LINE.search(trainer.log()), trainer.log()[-4000:]
         folders = _node_folders_of(trainer.process.pid)
         # the watchdog, ray start, the node's own processes and the actor's worker all name the node's folder
         assert len(folders) == 1 and len(_processes_mentioning(folders[0])) >= 4, folders

@@ -1,12 +1,13 @@
-"""A collector actor on a Ray node: K games (threads) playing races, and a sender thread (DESIGN §2, §7).
+"""A collector actor on a Ray node: one game (a thread) playing races, and a sender thread (DESIGN §2, §7).
 
-Each game is a `RacePlayer` (rollouts/race.py), as in a local collector process; its weights come from the
-policy store (`StoreWeights`: the store's version is polled by a background thread, the weights object is
-`ray.get` only when newer, and read as views of the node's one copy). A finished race goes to the sender
-thread, which puts it in the object store as contiguous numpy arrays (race_arrays.py). At most
-`MAX_RACES_IN_FLIGHT` races are put and not yet acknowledged by the learner; when the slots are full the
-sender waits, and the games wait for the sender: nothing grows without bound (backpressure). While the store
-says paused, no game starts a new race.
+One actor plays one game: more games are more actors, each with one CPU (K games in one actor, as threads or as
+processes deciding in one batched inference, measured slower than K actors: docs/cluster.md). The game is a
+`RacePlayer` (rollouts/race.py), as in a local collector process; its weights come from the policy store
+(`StoreWeights`: the store's version is polled by a background thread, the weights object is `ray.get` only when
+newer, and read as views of the node's one copy). A finished race goes to the sender thread, which puts it in
+the object store as contiguous numpy arrays (race_arrays.py). At most `MAX_RACES_IN_FLIGHT` races are put and
+not yet acknowledged by the learner; when the slots are full the sender waits, and the game waits for the
+sender: nothing grows without bound (backpressure). While the store says paused, the game starts no new race.
 
 The learner asks for finished races with `handoff` (which waits a little for one) and acknowledges what it
 took with `acknowledge`. Every (re)start of the actor is a new `incarnation`: a restarted actor starts from
@@ -41,7 +42,7 @@ MAX_RACES_IN_FLIGHT = 2  # per actor: put in the object store and not yet taken 
 STATUS_POLL_S = 0.25
 PAUSED_SLEEP_S = 0.05
 STORE_CALL_TIMEOUT_S = 10.0
-ACTOR_SEED_BASE = 2_000  # producer indices of actors' games start here (local collectors count from 0)
+ACTOR_SEED_BASE = 2_000  # producer indices of actors start here (local collectors count from 0)
 HANDOFF_WAIT_S = 1.0  # a handoff call returns at once when a race is ready, else after this
 ACTOR_CONCURRENCY = 4  # handoff waits while acknowledge, stats and the measurements are answered
 
@@ -63,7 +64,7 @@ class StoreWeights:
 
     The version is the one last polled by the actor's status thread: no call is made unless it moved. The
     arrays of the newest version are kept while the actor runs (views of the node's copy, no bytes of their
-    own), so the K games of an actor pull each version once."""
+    own)."""
 
     def __init__(self, store, timings):
         self.store = store
@@ -145,11 +146,11 @@ class _TimedPolicy:
 
 
 class CollectorActor:
-    def __init__(self, index: int, actors_count: int, games: int, game_backend: str, store):
+    def __init__(self, index: int, actors_count: int, game_backend: str, store_name: str):
         use_acting_torch_settings()  # one torch thread, the collector's acting settings
         self.index = index
         self.incarnation = uuid.uuid4().hex[:12]
-        self.store = store
+        self.store = store = ray.get_actor(store_name)  # by name: see policy_store.py
         self.timings = Timings()
         self.weights = StoreWeights(store, self.timings)
         self.game_backend = game_backend
@@ -160,25 +161,21 @@ class CollectorActor:
         self.paused = False
         self.frames_played = 0
         self.stopping = threading.Event()
-        self.send_queue: queue.Queue = queue.Queue(maxsize=1)  # a game waits here while the sender is full
+        self.send_queue: queue.Queue = queue.Queue(maxsize=1)  # the game waits here while the sender is full
         self.outbox: deque = deque()  # refs of races put and not yet handed to the learner
         self.slots = threading.Condition()
         self.races_put = 0
         self.acknowledged = 0
         self.races_played = 0
         self.errors: list[str] = []
-        self.players = []
         self._poll_once()  # the weights version, the pause flag and the config before the first race
-        for game in range(games):
-            seed = producer_seed(self.cfg.seed, ACTOR_SEED_BASE + index * games + game)  # --seed makes runs independent
-            random.seed(seed)
-            np.random.seed(seed)
-            torch.manual_seed(seed)
-            player = RacePlayer(self.cfg, game_backend, self.weights, index * games + game, actors_count * games, SOURCE_NAME, self._log)
-            player.policy = _TimedPolicy(player.policy, self.timings)
-            self.players.append(player)
-        self.threads = [threading.Thread(target=self._poll_store, daemon=True), threading.Thread(target=self._send, daemon=True)]
-        self.threads += [threading.Thread(target=self._play, args=(player, game), daemon=True) for game, player in enumerate(self.players)]
+        seed = producer_seed(self.cfg.seed, ACTOR_SEED_BASE + index)  # --seed makes runs independent
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        self.player = RacePlayer(self.cfg, game_backend, self.weights, index, actors_count, SOURCE_NAME, self._log)
+        self.player.policy = _TimedPolicy(self.player.policy, self.timings)
+        self.threads = [threading.Thread(target=target, daemon=True) for target in (self._poll_store, self._send, self._play)]
         for thread in self.threads:
             thread.start()
 
@@ -202,7 +199,9 @@ class CollectorActor:
         except Exception as e:  # the store restarting, a config that does not load: keep playing with what we have
             self._note_error(f"policy store: {type(e).__name__}: {e}")
 
-    def _play(self, player: RacePlayer, game: int) -> None:
+    def _play(self) -> None:
+        use_acting_torch_settings()  # torch's thread count is per thread too: this one acts, on one
+        player = self.player
         try:
             while not self.stopping.is_set():
                 if self.paused:  # paced by the learner: alive, but no new race
@@ -223,7 +222,6 @@ class CollectorActor:
                     self.timings.add("inference_ms", 1000 * policy.seconds, actions)
                     self.timings.add("game_step_ms", 1000 * game_s, actions)
                 meta["actor_incarnation"] = self.incarnation
-                meta["game"] = game  # which of the actor's K games (meta["collector"] is the actor)
                 wait_start = time.perf_counter()
                 while not self.stopping.is_set():
                     try:

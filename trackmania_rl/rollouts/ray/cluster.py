@@ -1,10 +1,11 @@
 """Ray nodes on this machine, and the driver's connection to a cluster (docs/cluster.md).
 
 `--ray auto` starts a single-node cluster for the run (`LocalNode.head`); tests and the benchmark add a second
-node on another loopback address (`LocalNode.worker`). Every node is `ray start --block` on an explicit
-loopback `--node-ip-address` (Ray would otherwise advertise the machine's routable address), with usage
-statistics and the dashboard off, an explicit object-store size, token authentication on and the token in a
-file inside the node's own temporary folder (never the home folder).
+node on another loopback address (`LocalNode.worker`). Every node is `ray start --block`, run by this interpreter
+as `python -m ray.scripts.scripts` (no `ray` command needs to be on PATH: an unactivated venv, an IDE, cron), on
+an explicit loopback `--node-ip-address` (Ray would otherwise advertise the machine's routable address), with
+usage statistics and the dashboard off, an explicit object-store size, token authentication on and the token in
+a file inside the node's own temporary folder (never the home folder).
 
 Each node runs under a small watchdog process (`python -m trackmania_rl.rollouts.ray.cluster`) in its own
 session: when the process that started the node dies, even by SIGKILL, the watchdog kills the node's whole
@@ -31,6 +32,10 @@ TOKEN_FILE = "auth_token"
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 5.0
 WATCH_PERIOD_S = 0.5
+
+# `ray ...` with the running interpreter: the module behind Ray's console script, found beside the packages this
+# process imports rather than on PATH (which may hold another environment's `ray`, or none)
+RAY_COMMAND = [sys.executable, "-m", "ray.scripts.scripts"]
 
 # every process that talks to our nodes (the driver included) needs these
 RAY_ENVIRONMENT = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
@@ -101,10 +106,13 @@ class LocalNode:
 
     @classmethod
     def _start(cls, ip, address, temp_dir, token_path, num_cpus, object_store_bytes, args) -> LocalNode:
-        env = {**os.environ, **RAY_ENVIRONMENT, "RAY_AUTH_TOKEN_PATH": str(token_path)}
+        # Ray starts its workers 15 steps nicer than the node by default (`worker_niceness`): the collector actors
+        # would yield their cores to anything else on the machine, where local collectors run at the learner's
+        # priority. The nodes started here are the run's own: its actors get the same priority as its collectors.
+        env = {**os.environ, **RAY_ENVIRONMENT, "RAY_AUTH_TOKEN_PATH": str(token_path), "RAY_worker_niceness": "0"}
         env.pop("RAY_AUTH_TOKEN", None)
         ray_start = [
-            shutil.which("ray") or "ray", "start", "--block", *args,
+            *RAY_COMMAND, "start", "--block", *args,
             f"--node-ip-address={ip}",
             f"--num-cpus={int(num_cpus)}",
             f"--object-store-memory={int(object_store_bytes)}",

@@ -8,9 +8,16 @@
   with their own version (a live config edit reaches actors on nodes without the run folder).
 
 Actors poll `status()` a few times per second from a background thread: one tiny call, no weights moved.
+
+The store is a named actor and collector actors are given its name, not its handle: a handle among an actor's
+constructor arguments is kept in the object store, and Ray then warns at every start that a restart could fail if
+that object were lost (ray-project/ray#53727); a name is a plain string, and `ray.get_actor` finds the store
+again after any restart of either side.
 """
 
 from __future__ import annotations
+
+import uuid
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -54,9 +61,11 @@ class PolicyStore:
         return self.config_version, self.config_values
 
 
-def start_policy_store(config_values: dict):
-    """The store's actor handle, on the learner's node. No CPU reserved (it only answers small calls); restarted
-    if its process dies (then empty until the next publish, which the learner makes every few batches)."""
+def start_policy_store(config_values: dict) -> tuple[object, str]:
+    """(the store's actor handle, its name), on the learner's node. No CPU reserved (it only answers small calls);
+    restarted if its process dies (then empty until the next publish, which the learner makes every few batches).
+    The name is unique per call and lives in the driver's namespace: the actors of this run find it by name."""
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    remote = ray.remote(num_cpus=0, max_restarts=-1, scheduling_strategy=here)(PolicyStore)
-    return remote.remote(config_values)
+    name = f"tmrl-policy-store-{uuid.uuid4().hex[:12]}"
+    remote = ray.remote(num_cpus=0, max_restarts=-1, scheduling_strategy=here, name=name)(PolicyStore)
+    return remote.remote(config_values), name

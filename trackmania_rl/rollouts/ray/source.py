@@ -1,9 +1,9 @@
 """The Ray rollout source: collector actors over a Ray cluster, the learner as the driver (DESIGN §2, §7).
 
 `make_ray_source(context)` connects to the cluster (`--ray auto` starts a local one on loopback, see
-cluster.py; an address joins a running one), checks that the cluster has a CPU for each actor and starts
-the policy store. `start()` creates the actors (one CPU each, spread over the nodes, restarted by Ray when
-their process dies).
+cluster.py; an address joins a running one), checks that the cluster has a CPU for each actor (each plays one
+game) and starts the policy store. `start()` creates the actors (one CPU each, spread over the nodes, restarted
+by Ray when their process dies).
 
 The learner's side of the pipeline, all from its own thread and never blocking beyond `get`'s timeout:
 - each actor has one `handoff` call outstanding, answered with the refs of the races it put; `get` waits
@@ -30,7 +30,7 @@ from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.config.values import config_to_values
 from trackmania_rl.rollouts.contract import POLICY_VERSION
 from trackmania_rl.rollouts.ray import cluster, race_arrays
-from trackmania_rl.rollouts.ray.actor import HANDOFF_WAIT_S, SOURCE_NAME, CollectorActor
+from trackmania_rl.rollouts.ray.actor import ACTOR_CONCURRENCY, HANDOFF_WAIT_S, SOURCE_NAME, CollectorActor
 from trackmania_rl.rollouts.ray.policy_store import start_policy_store
 from trackmania_rl.rollouts.source import RolloutSource, SourceHealth
 
@@ -69,9 +69,9 @@ class PendingRace:
 class RaySource(RolloutSource):
     name = SOURCE_NAME
 
-    def __init__(self, actors_count: int, games_per_actor: int, live, game_backend: str, log, local_cluster=None, owns_connection=False):
+    def __init__(self, actors_count: int, live, game_backend: str, log, local_cluster=None, owns_connection=False):
+        self.clock = time.perf_counter  # what `get` measures its timeout with (tests give it a clock of their own)
         self.actors_count = actors_count
-        self.games_per_actor = games_per_actor
         self.live = live
         self.game_backend = game_backend
         self.log = log
@@ -79,7 +79,7 @@ class RaySource(RolloutSource):
         self.owns_connection = owns_connection  # this source connected the process to the cluster: it disconnects
         self.weights_ref = None  # the last published weights object
         self._cfg = live.current
-        self.store = start_policy_store(config_to_values(self._cfg))
+        self.store, self.store_name = start_policy_store(config_to_values(self._cfg))
         self.slots: list[ActorSlot] = []
         self.pending: deque[PendingRace] = deque()
         self.version = 0
@@ -96,25 +96,25 @@ class RaySource(RolloutSource):
     # ------------------------------------------------------------------------------------------ start
     def start(self) -> None:
         remote = ray.remote(CollectorActor).options(
-            num_cpus=1,
+            num_cpus=1,  # its one game
             max_restarts=ACTOR_MAX_RESTARTS,
             max_task_retries=0,
-            max_concurrency=4,
+            max_concurrency=ACTOR_CONCURRENCY,
             scheduling_strategy="SPREAD",
         )
         for index in range(self.actors_count):
-            handle = remote.remote(index, self.actors_count, self.games_per_actor, self.game_backend, self.store)
+            handle = remote.remote(index, self.actors_count, self.game_backend, self.store_name)
             self.slots.append(ActorSlot(index, handle))
         for slot in self.slots:
             self._ask(slot)
-        self.log(f"Ray: {self.actors_count} collector actor(s), {self.games_per_actor} game(s) each, on {_nodes_summary()}")
+        self.log(f"Ray: {self.actors_count} collector actor(s), one game each, on {_nodes_summary()}")
 
     def _ask(self, slot: ActorSlot) -> None:
         slot.handoff = slot.handle.handoff.remote(HANDOFF_WAIT_S)
 
     # ------------------------------------------------------------------------------------------ races in
     def get(self, timeout_s: float):
-        deadline = time.perf_counter() + max(0.0, timeout_s)
+        deadline = self.clock() + max(0.0, timeout_s)
         while True:
             self._collect_handoffs()
             if self.pending:
@@ -124,7 +124,7 @@ class RaySource(RolloutSource):
                     if envelope is not None:
                         return envelope
                     continue
-            remaining = deadline - time.perf_counter()
+            remaining = deadline - self.clock()
             if remaining <= 0:
                 return None
             waitables = [race.ref for race in self.pending] + [slot.handoff for slot in self.slots if slot.handoff is not None]
@@ -357,7 +357,7 @@ def make_ray_source(context) -> RaySource:
             raise ConfigError(
                 f"--ray-actors {actors}: the Ray cluster at {address} has {total:g} CPU(s), one per actor: ask for at most {int(total)}"
             )
-        return RaySource(actors, cfg.ray_games_per_actor, context.live, context.game_backend, context.log, local_cluster, connected_here)
+        return RaySource(actors, context.live, context.game_backend, context.log, local_cluster, connected_here)
     except BaseException as e:
         if connected_here and ray.is_initialized():
             ray.shutdown()
