@@ -309,15 +309,19 @@ def choose_cuda_graphs(setting: str, cfg, layout, n_actions: int, device: torch.
         batch = random_batch(cfg, layout, n_actions, device)
         taus = probe_trainer.draw_taus(int(cfg.batch_size), torch.Generator().manual_seed(0))  # the run's random state untouched
         batch.update({k: v.to(device) for k, v in taus.items()})
-        eager_ms, graph_ms = time_graph_against_eager(trainer_factory, batch, device)
-        faster = eager_ms / graph_ms >= MIN_SPEEDUP
-        verdict = "graphs are faster" if faster else f"graphs are not {MIN_SPEEDUP}x faster"
-        choice = CudaGraphChoice(
-            faster,
-            f"auto, probe of the train step at batch {cfg.batch_size} on {device}: eager {eager_ms:.2f} ms, "
-            f"CUDA graph {graph_ms:.2f} ms ({eager_ms / graph_ms:.2f}x): {verdict}",
-            eager_ms,
-            graph_ms,
-        )
+        try:
+            eager_ms, graph_ms = time_graph_against_eager(trainer_factory, batch, device)
+        except RuntimeError as e:  # a capture this torch or driver refuses: "auto" trains eagerly rather than not at all
+            choice = CudaGraphChoice(False, f"auto: the probe could not capture the train step ({type(e).__name__}: {e})")
+        else:
+            faster = eager_ms / graph_ms >= MIN_SPEEDUP
+            verdict = "graphs are faster" if faster else f"graphs are not {MIN_SPEEDUP}x faster"
+            choice = CudaGraphChoice(
+                faster,
+                f"auto, probe of the train step at batch {cfg.batch_size} on {device}: eager {eager_ms:.2f} ms, "
+                f"CUDA graph {graph_ms:.2f} ms ({eager_ms / graph_ms:.2f}x): {verdict}",
+                eager_ms,
+                graph_ms,
+            )
     log(f"training CUDA graphs {'on' if choice.enabled else 'off'}: {choice.reason}")
     return choice

@@ -45,13 +45,13 @@ from trackmania_rl.agents.exploration import Inferer
 from trackmania_rl.agents.graphed_step import GraphedTrainStep, set_capturable
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.precision import MIN_SPEEDUP
-from trackmania_rl.agents.training import Trainer, make_optimizer
+from trackmania_rl.agents.training import TAU_KEYS, Trainer, make_optimizer
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.device import choose_device, wait_for_device
 from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
-from trackmania_rl.learner.batches import make_batch_feed
+from trackmania_rl.learner.batches import STEP_KEYS, make_batch_feed
 from trackmania_rl.replay.buffers import TransitionReplayBuffer, make_buffer
 from trackmania_rl.replay.experience import Experience, rollout_to_experience
 from trackmania_rl.replay.mini_race import MiniRaceTransform, draw_mini_race_clock
@@ -227,6 +227,32 @@ def precision_figures(cfg, layout, n_actions: int, buffer, reps: int, device: to
     }
 
 
+SWEPT_BATCH_SIZES = (128, 256, 512, 1024, 2048)
+
+
+def batch_size_figures(cfg, layout, n_actions: int, buffer, reps: int, device: torch.device):
+    """CUDA: the captured-graph step on ready batches of each size of SWEPT_BATCH_SIZES in float32 and bfloat16,
+    as ms per step and transitions learned per second (`learner.graph_step_by_batch`): what a GPU learner's
+    batch size costs, the throughput side of choosing it (docs/results.md has the runs that chose it)."""
+    steps = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for batch_size in SWEPT_BATCH_SIZES:
+            trainer = make_trainer(cfg, layout, n_actions, device, cuda_graphs=True)
+            trainer.precision = dtype
+            sampled = on_device(buffer, cfg, layout, torch.device("cpu"), seed=11, batch_size=batch_size).sample_batch()
+            sampled.update(trainer.draw_taus(batch_size, torch.Generator().manual_seed(0)))
+            ready = {k: v.to(device) for k, v in sampled.items() if k in STEP_KEYS + TAU_KEYS}
+            for _ in range(3):
+                trainer.train_on_tensors(ready, True)
+            ms = 1000 * statistics.median(_timed(lambda t=trainer, b=ready: t.train_on_tensors(b, True), device) for _ in range(2 * reps))
+            steps[f"{str(dtype).removeprefix('torch.')}_{batch_size}"] = {
+                "ms": round(ms, 3),
+                "transitions_per_s": round(batch_size / ms * 1000),
+            }
+            del trainer, ready
+    yield {"figure": "learner.graph_step_by_batch", "value": steps, "unit": "ms, transitions/s", "device": device_name(device)}
+
+
 def make_trainer(cfg, layout, n_actions: int, device: torch.device, cuda_graphs: bool = False) -> Trainer:
     """A Trainer on fresh networks of the config (float32), eager or as captured CUDA graphs."""
     online, target = make_network(cfg, layout, n_actions, device), make_network(cfg, layout, n_actions, device)
@@ -358,6 +384,8 @@ def run(args):
         speedup = bare_ms[""] / bare_ms["_graph"]
         yield {"figure": "learner.cuda_graph_speedup", "value": round(speedup, 3), "unit": "x", "target": ">= 1.5", **step_common}
     yield from precision_figures(cfg, layout, n_actions, buffer, train_reps, device)
+    if device.type == "cuda":
+        yield from batch_size_figures(cfg, layout, n_actions, buffer, train_reps, device)
 
     # inference, batch 1, warm: a collector's decision (the acting program) and the TorchScript forward it
     # replaces (quantiles at the same fractions, then their mean), alternated
