@@ -17,6 +17,7 @@
 # nvidia-smi's and torch's versions and the tests' output.
 # A machine without package registries: put the wheels it lacks (torchrl, tensordict, gymnasium, Box2D and their
 # small dependencies) in ./.whl first; they are installed into /tmp/site, beside the machine's own torch.
+# SKIP_TESTS=1 skips step 1; BENCHMARKS names the suites of step 3 ("absorb learner" by default).
 # DEVICE=cpu runs the benchmarks on the CPU (a check of this script on a machine without a GPU, not a figure).
 set -uo pipefail
 out=$(realpath -m "${1:?usage: bash scripts/gpu_box.sh OUT [MINUTES]}")
@@ -36,9 +37,11 @@ step() { echo "$(date +%T) $*" >> "$out/steps.txt"; }
 step versions
 { nvidia-smi || true; nproc; python -c "import torch, torchrl; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), 'torchrl', torchrl.__version__)"; } \
     > "$out/versions.txt" 2>&1
-step tests
-timeout 120 python -m pytest -q -p no:cacheprovider tests/agents/test_graphed_step.py tests/learner/test_training_thread.py \
-    > "$out/tests.txt" 2>&1 || echo "TESTS FAILED OR TIMED OUT: $?" >> "$out/tests.txt"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    step tests
+    timeout 120 python -m pytest -q -p no:cacheprovider tests/agents/test_graphed_step.py tests/learner/test_training_thread.py \
+        > "$out/tests.txt" 2>&1 || echo "TESTS FAILED OR TIMED OUT: $?" >> "$out/tests.txt"
+fi
 
 step "training $minutes minutes"
 config="$work/config.py"
@@ -52,11 +55,11 @@ pack() { tar czf "$out/run.tar.gz" -C "$work" --exclude checkpoints --exclude be
 pack
 step "training packed: $(du -h "$out/run.tar.gz" | cut -f1)"
 
-step benchmarks
-timeout 240 python scripts/benchmark.py learner --device "$device" --quick > "$out/learner_$device.jsonl" 2> "$out/benchmarks.err" \
-    || echo "learner benchmark failed: $?" >> "$out/benchmarks.err"
-timeout 240 python scripts/benchmark.py absorb --device "$device" --quick > "$out/absorb_$device.jsonl" 2>> "$out/benchmarks.err" \
-    || echo "absorb benchmark failed: $?" >> "$out/benchmarks.err"
+for suite in ${BENCHMARKS-absorb learner}; do
+    step "benchmark $suite"
+    timeout 240 python scripts/benchmark.py "$suite" --device "$device" --quick > "$out/${suite}_$device.jsonl" 2>> "$out/benchmarks.err" \
+        || echo "$suite benchmark failed: $?" >> "$out/benchmarks.err"
+done
 
 if [ "${SKIP_EVALUATION:-0}" != 1 ]; then
     step evaluation

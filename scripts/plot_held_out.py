@@ -1,7 +1,7 @@
 """Plot the held-out evaluations of one or more runs against training minutes, and print for each run its best
 score and the first minute it reached a threshold (docs/results.md's learning curves).
 
-    python scripts/plot_held_out.py save/run_seed1 save/run_seed2 --out docs/held_out.png [--threshold 900]
+    python scripts/plot_held_out.py save/run_seed1 save/run_seed2 --out docs/held_out.png [--threshold 900] [--labels A B]
 
 Reads save/<run>/held_out.jsonl (one line per evaluation, written by the learner: learner/held_out.py).
 Prints one JSON object per run: run, evaluations, best_mean_native_score, best_minute, first_minute_at_threshold.
@@ -51,9 +51,13 @@ def main(argv=None) -> int:
     parser.add_argument("runs", type=Path, nargs="+", help="run folders (save/<run_name>)")
     parser.add_argument("--out", type=Path, default=Path("held_out.png"))
     parser.add_argument("--threshold", type=float, default=900.0, help="score whose first crossing is reported (and drawn)")
+    parser.add_argument("--labels", nargs="+", help="one legend label per run (default: the folders' names)")
     args = parser.parse_args(argv)
+    if args.labels is not None and len(args.labels) != len(args.runs):
+        parser.error(f"--labels: {len(args.labels)} label(s) for {len(args.runs)} run(s)")
+    labels = args.labels or [run_dir.name for run_dir in args.runs]
     figure, axis = plt.subplots(figsize=(8, 4.5))
-    for run_dir in args.runs:
+    for run_dir, label in zip(args.runs, labels, strict=True):
         try:
             evaluations = read_evaluations(run_dir)
         except (OSError, ValueError) as e:
@@ -68,7 +72,7 @@ def main(argv=None) -> int:
         spread = [e.get("std_native_score") or 0.0 for e in evaluations]
         low = [m - s for m, s in zip(means, spread, strict=True)]
         high = [m + s for m, s in zip(means, spread, strict=True)]
-        line = axis.plot(minutes, means, marker="o", markersize=3, label=run_dir.name)[0]
+        line = axis.plot(minutes, means, marker="o", markersize=3, label=label)[0]
         axis.fill_between(minutes, low, high, color=line.get_color(), alpha=0.12)
     axis.axhline(args.threshold, color="grey", linestyle="--", linewidth=0.8)
     axis.set_xlabel("training time (minutes)")

@@ -33,3 +33,12 @@ def test_a_damaged_log_is_named(tmp_path):
         f.write('{"minute": 10}\n')
     result = subprocess.run([sys.executable, str(SCRIPT), str(run), "--out", str(tmp_path / "p.png")], capture_output=True, text=True)
     assert result.returncode == 2 and "held_out.jsonl line 2 is not a held-out evaluation" in result.stderr
+
+
+def test_labels_must_name_every_run(tmp_path):
+    a, b = _run_folder(tmp_path / "a", [(5.0, 400.0)]), _run_folder(tmp_path / "b", [(5.0, 300.0)])
+    command = [sys.executable, str(SCRIPT), str(a), str(b), "--out", str(tmp_path / "p.png"), "--labels"]
+    refused = subprocess.run([*command, "only one"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "1 label(s) for 2 run(s)" in refused.stderr
+    accepted = subprocess.run([*command, "2 cores", "GPU box"], capture_output=True, text=True, timeout=120)
+    assert accepted.returncode == 0, accepted.stderr

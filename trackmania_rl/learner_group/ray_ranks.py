@@ -11,7 +11,6 @@ group's table says which), never on every interface. An actor is never restarted
 
 from __future__ import annotations
 
-import signal
 import time
 
 import ray
@@ -51,17 +50,12 @@ class RayRanks:
 
     def check(self, ranks: int, device, cfg, collectors: list[int]) -> None:
         """Connect to the cluster and reserve one node per rank. ConfigError (nothing left reserved) when it cannot."""
-        handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
         try:
             if not ray.is_initialized():
-                cluster.connect(self.address)
+                cluster.connect(self.address)  # keeps the run's signal handlers
                 self.connected_here = True
         except Exception as e:  # unreachable, wrong token...
             raise ConfigError(f"--ray {self.address}: cannot join the Ray cluster ({type(e).__name__}: {e})") from None
-        finally:
-            for signum, handler in handlers.items():  # ray.init puts its own SIGTERM handler (it exits): the run's saves first
-                if handler is not None:
-                    signal.signal(signum, handler)
         nodes = {node["NodeID"]: node for node in ray.nodes() if node["Alive"]}
         driver_ip = nodes[ray.get_runtime_context().get_node_id()]["NodeManagerAddress"]
         gpus = sum(1 for node in nodes.values() if node["Resources"].get("GPU", 0) >= 1)

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,7 +183,8 @@ def _kill_group(pgid: int) -> None:
 
 
 def connect(address: str, node_ip: str | None = None) -> None:
-    """Connect this process (the learner) to the cluster as its driver."""
+    """Connect this process (the learner) to the cluster as its driver. The process's SIGINT and SIGTERM handlers
+    stay as they were: ray.init puts in a SIGTERM handler of its own that exits at once, before the run's final save."""
     import ray
 
     host = address.rpartition(":")[0]
@@ -190,7 +192,14 @@ def connect(address: str, node_ip: str | None = None) -> None:
         node_ip = host  # a loopback cluster: find the local node by the address it was started with
     kwargs = {"_node_ip_address": node_ip} if node_ip else {}
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address=address, log_to_driver=True, logging_level="warning", configure_logging=False, **kwargs)
+    in_main_thread = threading.current_thread() is threading.main_thread()  # only that thread may set handlers
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)} if in_main_thread else {}
+    try:
+        ray.init(address=address, log_to_driver=True, logging_level="warning", configure_logging=False, **kwargs)
+    finally:
+        for signum, handler in handlers.items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
 
 def _watch(parent_pid: int, temp_dir: str, command: list[str]) -> int:
