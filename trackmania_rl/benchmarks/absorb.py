@@ -43,7 +43,7 @@ from trackmania_rl.rollouts.contract import POLICY_VERSION
 from trackmania_rl.rollouts.source import RolloutSource, SourceHealth
 
 RECORDING_FRAMES_PLAYED = 300_000  # the exploration of a run that far in (epsilon ~0.04): full laps, some mistakes
-GPU_BOX_ACTIONS_PER_S = 2_200  # 14 collectors of a 16-core GPU box (pipeline figures: ~160 actions/s each)
+GPU_BOX_ACTIONS_PER_S = 2_200  # 14 collectors of a 16-core GPU box at ~160 actions/s each (the H200 box measured ~121: 1,700)
 UNLIMITED_REPLAY_RATIO = 1_000_000  # the fraction's training thread never runs out of credit
 
 

@@ -13,7 +13,8 @@
   stream, on CUDA); alternated with bare;
 - `learner.overhead_ratio` = full / bare (target <= 1.10 on the CPU, <= 1.05 on a GPU);
 - on CUDA, the same three for the step as captured CUDA graphs (`…_graph`), and `learner.cuda_graph_speedup` =
-  bare eager / bare graph (target >= 1.5);
+  bare eager / bare graph (target >= 1.5), and `learner.graph_step_by_batch`: the graphed step's ms and transitions/s
+  at batch 128 to 2048 in float32 and bfloat16;
 - `learner.bytes_per_transition`: replay memory held per transition at capacity (preallocated tensors:
   the state ring with its slack, the transition ring, the sampler's tree when prioritized), and
   `learner.bytes_per_transition_ratio` = that / (one frame + its floats) (target <= 1.25);
@@ -233,7 +234,7 @@ SWEPT_BATCH_SIZES = (128, 256, 512, 1024, 2048)
 def batch_size_figures(cfg, layout, n_actions: int, buffer, reps: int, device: torch.device):
     """CUDA: the captured-graph step on ready batches of each size of SWEPT_BATCH_SIZES in float32 and bfloat16,
     as ms per step and transitions learned per second (`learner.graph_step_by_batch`): what a GPU learner's
-    batch size costs, the throughput side of choosing it (docs/results.md has the runs that chose it)."""
+    batch size costs: the throughput side of choosing it (docs/results.md, "one GPU box")."""
     steps = {}
     for dtype in (torch.float32, torch.bfloat16):
         for batch_size in SWEPT_BATCH_SIZES:
