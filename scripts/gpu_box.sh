@@ -15,9 +15,14 @@
 #    after unpacking run.tar.gz anywhere, with the same script.
 # Every step has a time limit and the script goes on after a failed one (its output says which); OUT also gets
 # nvidia-smi's and torch's versions and the tests' output.
+# A device call lasts at most 10 minutes: WAIT_S=N makes the script wait at most N s for the run and exit 3 if it is
+# still going (it goes on, detached, in GPU_BOX_WORK, /tmp/gpu_box_run by default); the same command again, while the
+# machine is still held, waits for it and does steps 2-4. E.g. a 10-minute run: `WAIT_S=540 bash scripts/gpu_box.sh
+# OUT 10`, then at once the same command again.
 # A machine without package registries: put the wheels it lacks (torchrl, tensordict, gymnasium, Box2D and their
 # small dependencies) in ./.whl first; they are installed into /tmp/site, beside the machine's own torch.
-# SKIP_TESTS=1 skips step 1; BENCHMARKS names the suites of step 3 ("absorb learner" by default).
+# SKIP_TESTS=1 skips step 1; BENCHMARKS names the suites of step 3 ("absorb learner" by default); CONFIG_LINES is
+# appended to the run's config (an arm of a comparison, e.g. CONFIG_LINES='batch_size = 256'; the default run has none).
 # DEVICE=cpu runs the benchmarks on the CPU (a check of this script on a machine without a GPU, not a figure).
 set -uo pipefail
 out=$(realpath -m "${1:?usage: bash scripts/gpu_box.sh OUT [MINUTES]}")
@@ -30,27 +35,40 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-step() { echo "$(date +%T) $*" >> "$out/steps.txt"; }
-
-step versions
-{ nvidia-smi || true; nproc; python -c "import torch, torchrl; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), 'torchrl', torchrl.__version__)"; } \
-    > "$out/versions.txt" 2>&1
-if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    step tests
-    timeout 120 python -m pytest -q -p no:cacheprovider tests/agents/test_graphed_step.py tests/learner/test_training_thread.py \
-        > "$out/tests.txt" 2>&1 || echo "TESTS FAILED OR TIMED OUT: $?" >> "$out/tests.txt"
-fi
-
-step "training $minutes minutes"
-config="$work/config.py"
-cp config_files/config.py "$config"
-echo "keep_weights_at_minutes = list(range(1, $minutes + 1))" >> "$config"
+# the run lives in $work, which outlasts this command: a run longer than one device call (10 minutes) is started
+# detached (its own session) by a first call and collected by the next call with the same arguments
+work=${GPU_BOX_WORK:-/tmp/gpu_box_run}
+[ -f "$work/started" ] || rm -rf "$work/logs"  # a new run: the last one's logs go (its folder is moved aside by --fresh)
 mkdir -p "$work/logs"
-timeout $((minutes * 60 + 120)) python scripts/train.py --run-name gpu_box --fresh --max-minutes "$(python -c "print($minutes + 0.2)")" \
-    --config "$config" --save-dir "$work/save" --tensorboard-dir "$work/logs/tensorboard" --no-status-line \
-    > "$work/logs/train.log" 2>&1 || echo "TRAINING FAILED: $?" >> "$work/logs/train.log"
+step() { echo "$(date +%T) $*" | tee -a "$out/steps.txt" >> "$work/logs/steps.txt"; }
+
+if [ ! -f "$work/started" ]; then
+    step versions
+    { nvidia-smi || true; nproc; python -c "import torch, torchrl; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), 'torchrl', torchrl.__version__)"; } \
+        > "$work/logs/versions.txt" 2>&1
+    if [ "${SKIP_TESTS:-0}" != 1 ]; then
+        step tests
+        timeout 120 python -m pytest -q -p no:cacheprovider tests/agents/test_graphed_step.py tests/learner/test_training_thread.py \
+            > "$work/logs/tests.txt" 2>&1 || echo "TESTS FAILED OR TIMED OUT: $?" >> "$work/logs/tests.txt"
+    fi
+    step "training $minutes minutes"
+    cp config_files/config.py "$work/config.py"
+    echo "keep_weights_at_minutes = list(range(1, $minutes + 1))" >> "$work/config.py"
+    if [ -n "${CONFIG_LINES:-}" ]; then printf '%s\n' "$CONFIG_LINES" >> "$work/config.py"; fi
+    setsid nohup bash -c "timeout $((minutes * 60 + 120)) python scripts/train.py --run-name gpu_box --fresh \
+        --max-minutes $(python -c "print($minutes + 0.2)") --config '$work/config.py' --save-dir '$work/save' \
+        --tensorboard-dir '$work/logs/tensorboard' --no-status-line > '$work/logs/train.log' 2>&1; echo \$? > '$work/exit_code'" \
+        > /dev/null 2>&1 < /dev/null &
+    touch "$work/started"
+fi
+deadline=$((SECONDS + ${WAIT_S:-100000}))
+while [ ! -f "$work/exit_code" ] && [ $SECONDS -lt $deadline ]; do sleep 2; done
+cp "$work"/logs/versions.txt "$work"/logs/tests.txt "$out"/ 2>/dev/null
+if [ ! -f "$work/exit_code" ]; then
+    step "training still running (WAIT_S=${WAIT_S:-} reached): run the same command again to collect it"
+    exit 3
+fi
+step "training ended: exit $(cat "$work/exit_code")"
 pack() { tar czf "$out/run.tar.gz" -C "$work" --exclude checkpoints --exclude best save/gpu_box logs; }
 pack
 step "training packed: $(du -h "$out/run.tar.gz" | cut -f1)"
@@ -67,4 +85,5 @@ if [ "${SKIP_EVALUATION:-0}" != 1 ]; then
     pack
 fi
 step done
+rm -f "$work/started" "$work/exit_code"  # collected: the same command starts a new run
 echo "done: $out"
