@@ -55,16 +55,10 @@ def _quiet(message: str) -> None:
     return None
 
 
-def learner_process(rank: int, ranks: int, port: int, config_path: str, races: list, workdir: str, commands, replies) -> None:
-    """One learner of the benchmark (alone when `ranks` is 1), driven by `commands`: ("run", seconds) trains that long
-    and replies (learning batches, seconds); ("exchanges", n) stops training and times n gradient exchanges and n
-    agreement rounds (ms); ("exit", None) ends."""
-    torch.set_num_threads(1)
-    live = LiveConfig(Path(config_path), game_backend=GAME_BACKEND, log=_quiet)
-    layout = float_layout_for(live.current)
-    source = ReplaySource(races)
-    device = torch.device("cpu")
-    folder = Path(workdir) / f"learner_{ranks}_{rank}"
+def start_learner(rank: int, ranks: int, port: int, live, layout, device, folder: Path, source) -> tuple:
+    """(learner, training thread not started, group connection or None) of one process: a lone learner when `ranks` is
+    1, else rank `rank` of a group joined through the store on HOST:port, starting from rank 0's weights as in a run."""
+    connection = None
     if ranks == 1:
         learner = Learner(live, layout, device, folder, source=source, log=_quiet, resume=False)
         thread = TrainingThread(learner, wanted_threads=lambda: 1)
@@ -75,6 +69,20 @@ def learner_process(rank: int, ranks: int, port: int, config_path: str, races: l
         learner.trainer.gradient_exchange = GradientExchange(connection.gradients, ranks, learner.online.parameters())
         take_rank0_state(learner, connection)  # every rank starts from rank 0's weights, as in a run
         thread = GroupTrainingThread(learner, connection, wanted_threads=lambda: 1, log=_quiet)
+    return learner, thread, connection
+
+
+def learner_process(rank: int, ranks: int, port: int, config_path: str, races: list, workdir: str, commands, replies) -> None:
+    """One learner of the benchmark (alone when `ranks` is 1), driven by `commands`: ("run", seconds) trains that long
+    and replies (learning batches, seconds); ("exchanges", n) stops training and times n gradient exchanges and n
+    agreement rounds (ms); ("exit", None) ends."""
+    torch.set_num_threads(1)
+    live = LiveConfig(Path(config_path), game_backend=GAME_BACKEND, log=_quiet)
+    layout = float_layout_for(live.current)
+    source = ReplaySource(races)
+    device = torch.device("cpu")
+    folder = Path(workdir) / f"learner_{ranks}_{rank}"
+    learner, thread, connection = start_learner(rank, ranks, port, live, layout, device, folder, source)
     _fill_once(learner, source)
     thread.start()
     pause = thread.paused()

@@ -27,17 +27,12 @@ import numpy as np
 import torch
 
 from trackmania_rl.benchmarks.absorb import RECORDING_FRAMES_PLAYED, ReplaySource, _fill_once
-from trackmania_rl.benchmarks.learners import HOST, TIMEOUT_S, UNLIMITED_REPLAY_RATIO, _quiet
+from trackmania_rl.benchmarks.learners import HOST, TIMEOUT_S, UNLIMITED_REPLAY_RATIO, _quiet, start_learner
 from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, default_config_copy
 from trackmania_rl.benchmarks.recorded_races import SHIPPED_WEIGHTS, record_races
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.games import float_layout_for
-from trackmania_rl.learner.learner import Learner
-from trackmania_rl.learner.training_thread import TrainingThread
-from trackmania_rl.learner_group.gradients import GradientExchange
-from trackmania_rl.learner_group.rank_learner import RankLearner
-from trackmania_rl.learner_group.rendezvous import GroupConnection, StoreServer, connect_store
-from trackmania_rl.learner_group.training_thread import GroupTrainingThread, take_rank0_state
+from trackmania_rl.learner_group.rendezvous import StoreServer
 
 EVAL_BATCHES = 16
 EVAL_SEED = 20_260_101
@@ -65,16 +60,7 @@ def lr_process(rank: int, ranks: int, port: int, config_path: str, races: list, 
     live = LiveConfig(Path(config_path), game_backend=GAME_BACKEND, log=_quiet)
     layout, device, source = float_layout_for(live.current), torch.device("cpu"), ReplaySource(races)
     folder = Path(workdir) / f"lr_{ranks}_{rank}_{time.monotonic_ns()}"
-    if ranks == 1:
-        learner = Learner(live, layout, device, folder, source=source, log=_quiet, resume=False)
-        thread = TrainingThread(learner, wanted_threads=lambda: 1)
-    else:
-        store = connect_store(HOST, port, ranks, TIMEOUT_S)
-        connection = GroupConnection.join(store, rank, ranks, HOST, TIMEOUT_S, device)
-        learner = RankLearner(live, layout, device, folder, rank=rank, ranks=ranks, source=source, log=_quiet, resume=False)
-        learner.trainer.gradient_exchange = GradientExchange(connection.gradients, ranks, learner.online.parameters())
-        take_rank0_state(learner, connection)  # every rank starts from rank 0's weights, as in a run
-        thread = GroupTrainingThread(learner, connection, wanted_threads=lambda: 1, log=_quiet)
+    learner, thread, _ = start_learner(rank, ranks, port, live, layout, device, folder, source)
     _fill_once(learner, source)
     start_loss = hidden_test_loss(learner) if rank == 0 else None
     thread.start()
