@@ -51,6 +51,19 @@ iqn_embedding_dimension = 16
 """
 
 
+# the meta of a stored exploration race on a training track, as a local collector sends it
+RACE_META = {
+    "collector": 0,
+    "map_name": "train",
+    "seed": 1,
+    "map_status": "trained",
+    "is_explo": True,
+    "fill_buffer": True,
+    "rollout_duration_s": 1.0,
+    "source": "local",
+}
+
+
 def write_config(folder: Path, overrides: str, name: str = "config.py") -> Path:
     """folder/name: the repository's config with `overrides` appended (later settings win)."""
     path = Path(folder) / name

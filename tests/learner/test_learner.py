@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.multiprocessing as torch_mp
 
+from tests.helpers import RACE_META as META
 from tests.helpers import TINY_NETWORK, make_rollout
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config.live import LiveConfig
@@ -23,16 +24,6 @@ OVERRIDES = dict(
     send_shared_network_every_n_batches=2,
     number_memories_trained_on_between_target_network_updates=64,
 )
-META = {
-    "collector": 0,
-    "map_name": "train",
-    "seed": 1,
-    "map_status": "trained",
-    "is_explo": True,
-    "fill_buffer": True,
-    "rollout_duration_s": 1.0,
-    "source": "local",
-}
 
 
 def _config_file(tmp_path):

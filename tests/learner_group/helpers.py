@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tests.helpers import RACE_META as META
 from tests.helpers import TINY_NETWORK, make_rollout
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.training import Trainer, make_optimizer
@@ -31,16 +32,6 @@ OVERRIDES = dict(
     training_precision="float32",
     training_cuda_graphs="off",
 )
-META = {
-    "collector": 0,
-    "map_name": "train",
-    "seed": 1,
-    "map_status": "trained",
-    "is_explo": True,
-    "fill_buffer": True,
-    "rollout_duration_s": 1.0,
-    "source": "local",
-}
 END = {"race_finished": False, "race_time": 1000, "native_score": 1.0, "progress_fraction": 0.5, "race_time_for_ratio": 1000}
 
 
