@@ -78,16 +78,26 @@ class TrainingThread:
         if self.error is not None:
             raise TrainingThreadError(f"the training thread stopped: {type(self.error).__name__}: {self.error}") from self.error
 
+    # what pauses: named in the error of a pause that does not come
+    PAUSING = "the training thread"
+
+    def _pause_reached(self) -> Callable[[], bool]:
+        """Called under the lock as a pause is asked for: what says that the pause has been reached."""
+        return lambda: self._is_paused
+
+    def _stop_timeout_s(self) -> float:
+        return PAUSE_TIMEOUT_S  # bounded by the step in progress
+
     @contextmanager
     def paused(self) -> Iterator[None]:
         """No train step runs inside this block (the step in progress is finished first)."""
         with self._state:
             self._pause_requests += 1
+            reached = self._pause_reached()
             self._new_data.set()  # an idle thread looks at once
-            parked = self._state.wait_for(lambda: self._is_paused or not self._thread.is_alive(), PAUSE_TIMEOUT_S)
-            if not parked:
+            if not self._state.wait_for(lambda: reached() or not self._thread.is_alive(), PAUSE_TIMEOUT_S):
                 self._pause_requests -= 1
-                raise TrainingThreadError(f"the training thread did not pause within {PAUSE_TIMEOUT_S:g} s")
+                raise TrainingThreadError(f"{self.PAUSING} did not pause within {PAUSE_TIMEOUT_S:g} s")
         try:
             yield
         finally:
@@ -96,10 +106,10 @@ class TrainingThread:
                 self._state.notify_all()
 
     def stop(self) -> None:
-        """End the thread after its current step; returns once it has ended (bounded by the step in progress)."""
+        """End the thread after its current step; returns once it has ended (or after `_stop_timeout_s`)."""
         with self._state:
             self._stopping = True
             self._state.notify_all()
         self._new_data.set()
         if self._thread.is_alive():
-            self._thread.join(PAUSE_TIMEOUT_S)
+            self._thread.join(self._stop_timeout_s())

@@ -20,14 +20,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 
 from trackmania_rl.config.values import config_from_values, config_to_values
 from trackmania_rl.learner import checkpoint as ckpt
-from trackmania_rl.learner.training_thread import IDLE_WAIT_S, PAUSE_TIMEOUT_S, TrainingThread, TrainingThreadError
+from trackmania_rl.learner.training_thread import IDLE_WAIT_S, TrainingThread
 from trackmania_rl.learner_group.agreement import DIGEST_EVERY_BATCHES, Agreement, digest_as_int
 from trackmania_rl.learner_group.channel import broadcast_bytes
 from trackmania_rl.learner_group.rendezvous import GroupCommunicationError, LearnerGroupError, wait
@@ -79,33 +78,16 @@ class GroupTrainingThread(TrainingThread):
         self.save_number += 1
         self._new_data.set()
 
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        """No rank takes a learning step inside this block (every step in progress finished first)."""
-        with self._state:
-            self._pause_requests += 1
-            since = self._rounds_started
-            self._new_data.set()
-            agreed = self._state.wait_for(lambda: self._paused_round_done > since or not self._thread.is_alive(), PAUSE_TIMEOUT_S)
-            if not agreed:
-                self._pause_requests -= 1
-                raise TrainingThreadError(f"the learner group did not pause within {PAUSE_TIMEOUT_S:g} s")
-        try:
-            yield
-        finally:
-            with self._state:
-                self._pause_requests -= 1
-                self._state.notify_all()
+    # paused(): no rank takes a learning step inside the block (every step in progress finished first); stop(): every
+    # rank's training thread stops (the next round carries the stop), this one within the group's timeout
+    PAUSING = "the learner group"
 
-    def stop(self) -> None:
-        """Stop every rank's training thread (the next round carries the stop); returns once this one has ended,
-        within the group's timeout."""
-        with self._state:
-            self._stopping = True
-            self._state.notify_all()
-        self._new_data.set()
-        if self._thread.is_alive():
-            self._thread.join(self.connection.timeout_s + 10)
+    def _pause_reached(self) -> Callable[[], bool]:
+        since = self._rounds_started  # a round started after the request carries the pause to every rank
+        return lambda: self._paused_round_done > since
+
+    def _stop_timeout_s(self) -> float:
+        return self.connection.timeout_s + 10
 
     # ------------------------------------------------------------------------------ the thread
     def _run(self) -> None:
