@@ -249,6 +249,22 @@ def local_collectors(options: TrainOptions, cfg, device) -> int:
     return count
 
 
+def take_races(learner, source, live, training, pacing: Pacing) -> None:
+    """One pass of a main thread's intake (a run's, or a learner group rank's): config edits and buffer growth, one
+    race taken and stored when one comes within INTAKE_WAIT_S, the weights published, progress and pacing."""
+    live.reload()
+    if learner.apply_config():  # config edits, and buffer growth by frames played
+        with training.paused():
+            learner.grow_buffers()
+    envelope = source.get(timeout_s=INTAKE_WAIT_S)
+    if envelope is not None:
+        learner.ingest_envelope(envelope)
+        training.data_stored()
+    learner.publish_pending()
+    source.learner_progress(learner.stats.frames_played, learner.stats.batches_done)
+    pacing.update(learner.training_backlog_batches(), live.current.max_training_backlog_batches)
+
+
 def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
     """The main thread: races in (ingest), weights out (publish), pacing, health, logs, saves and the held-out
     evaluation; the train steps run in the training thread, paused for what must not run beside them."""
@@ -267,17 +283,7 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
                 return failure
             if deadline is not None and time.perf_counter() >= deadline:
                 return "time limit reached"
-            live.reload()
-            if learner.apply_config():  # config edits, and buffer growth by frames played
-                with training.paused():
-                    learner.grow_buffers()
-            envelope = source.get(timeout_s=INTAKE_WAIT_S)
-            if envelope is not None:
-                learner.ingest_envelope(envelope)
-                training.data_stored()
-            learner.publish_pending()
-            source.learner_progress(learner.stats.frames_played, learner.stats.batches_done)
-            pacing.update(learner.training_backlog_batches(), live.current.max_training_backlog_batches)
+            take_races(learner, source, live, training, pacing)
             run.threads.update(source.idle_games_here())
             if run.held_out.due(learner):  # greedy races on the held-out tracks; the best weights by them kept
                 status.clear()

@@ -37,7 +37,7 @@ from trackmania_rl.learner.checkpoint import BUFFER, BUFFER_TEST, OPTIMIZER, WEI
 from trackmania_rl.learner.cores import LearnerThreads
 from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.learner.sources import Pacing, SourceContext, local_source
-from trackmania_rl.learner.train_loop import INTAKE_WAIT_S
+from trackmania_rl.learner.train_loop import take_races
 from trackmania_rl.learner_group.gradients import GradientExchange
 from trackmania_rl.learner_group.rank_learner import RankLearner
 from trackmania_rl.learner_group.rendezvous import GroupConnection, LearnerGroupError, connect_store
@@ -195,18 +195,8 @@ def _loop(learner, source, live, training, threads, store, rank, connection, wor
             values, training.new_config_values = training.new_config_values, None
             cfg = config_from_values(values, learner.cfg.game_backend, source="rank 0's config", inputs=learner.cfg.inputs_file())
             atomic_write_bytes(config_file_text(cfg).encode(), config_path)
-        live.reload()
-        if learner.apply_config():
-            with training.paused():
-                learner.grow_buffers()
-        envelope = source.get(timeout_s=INTAKE_WAIT_S)
-        if envelope is not None:
-            learner.ingest_envelope(envelope)
-            training.data_stored()
         learner.stats.frames_played += training.take_frames_of_others()
-        learner.publish_pending()
-        source.learner_progress(learner.stats.frames_played, learner.stats.batches_done)
-        pacing.update(learner.training_backlog_batches(), live.current.max_training_backlog_batches)
+        take_races(learner, source, live, training, pacing)
         threads.update(source.idle_games_here())
         health = source.health()
         learner.stats.collector_restarts += len(health.replaced)
