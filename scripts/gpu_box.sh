@@ -7,7 +7,7 @@
 # 2. the default training command on all the machine's cores (collectors_count "auto", the device "auto") for
 #    MINUTES and 12 s (so that the minute-MINUTES weights are kept before the stop), its online weights kept at every
 #    minute (the one setting added to config_files/config.py: bookkeeping, not learning). OUT/run.tar.gz holds the
-#    run's log (logs/), its TensorBoard events, and save/gpu_box: stats.json, held_out.jsonl and the kept weights, not its buffers;
+#    run's log, its TensorBoard events and its last checkpoint's stats.json (logs/), and save/gpu_box: stats.json, held_out.jsonl and the kept weights, not its buffers;
 # 3. `benchmark.py learner --device cuda --quick` (graph and eager step, overhead ratios, the step by batch size)
 #    and `benchmark.py absorb --device cuda --quick` (how many collectors' races the learner takes and learns from);
 # 4. unless SKIP_EVALUATION=1: scripts/evaluate_minutes.sh on the kept weights (the held-out curve by minute, the
@@ -22,7 +22,9 @@
 # A machine without package registries: put the wheels it lacks (torchrl, tensordict, gymnasium, Box2D and their
 # small dependencies) in ./.whl first; they are installed into /tmp/site, beside the machine's own torch.
 # SKIP_TESTS=1 skips step 1; BENCHMARKS names the suites of step 3 ("absorb learner" by default); CONFIG_LINES is
-# appended to the run's config (an arm of a comparison, e.g. CONFIG_LINES='batch_size = 256'; the default run has none).
+# appended to the run's config (an arm of a comparison, e.g. CONFIG_LINES='batch_size = 256'; the default run has none);
+# TRAIN_ARGS is added to train.py's command line (e.g. TRAIN_ARGS='--learners 4' for issue 29's runs, with
+# CUDA_VISIBLE_DEVICES= DEVICE=cpu for a CPU-only box; docs/cluster.md).
 # DEVICE=cpu runs the benchmarks on the CPU (a check of this script on a machine without a GPU, not a figure).
 set -uo pipefail
 out=$(realpath -m "${1:?usage: bash scripts/gpu_box.sh OUT [MINUTES]}")
@@ -57,7 +59,7 @@ if [ ! -f "$work/started" ]; then
     if [ -n "${CONFIG_LINES:-}" ]; then printf '%s\n' "$CONFIG_LINES" >> "$work/config.py"; fi
     setsid nohup bash -c "timeout $((minutes * 60 + 120)) python scripts/train.py --run-name gpu_box --fresh \
         --max-minutes $(python -c "print($minutes + 0.2)") --config '$work/config.py' --save-dir '$work/save' \
-        --tensorboard-dir '$work/logs/tensorboard' --no-status-line > '$work/logs/train.log' 2>&1; echo \$? > '$work/exit_code'" \
+        --tensorboard-dir '$work/logs/tensorboard' --no-status-line ${TRAIN_ARGS:-} > '$work/logs/train.log' 2>&1; echo \$? > '$work/exit_code'" \
         > /dev/null 2>&1 < /dev/null &
     touch "$work/started"
 fi
@@ -69,7 +71,11 @@ if [ ! -f "$work/exit_code" ]; then
     exit 3
 fi
 step "training ended: exit $(cat "$work/exit_code")"
-pack() { tar czf "$out/run.tar.gz" -C "$work" --exclude checkpoints --exclude best save/gpu_box logs; }
+pack() {  # the checkpoints stay (buffers: GBs); their last stats.json (frames, batches, learners, wall seconds) goes along
+    last=$(ls -d "$work"/save/gpu_box/checkpoints/*/ 2>/dev/null | tail -n 1)
+    if [ -n "$last" ]; then cp "$last/stats.json" "$work/logs/last_checkpoint_stats.json"; fi
+    tar czf "$out/run.tar.gz" -C "$work" --exclude checkpoints --exclude best save/gpu_box logs
+}
 pack
 step "training packed: $(du -h "$out/run.tar.gz" | cut -f1)"
 
