@@ -55,6 +55,16 @@ def _quiet(message: str) -> None:
     return None
 
 
+def _ratio_figure(figure: str, rates: dict, kind: str, target: str | None = None) -> dict:
+    """A scaling figure: `kind`'s learned transitions/s over the lone learner's, per round (`pair_ratios`) and their
+    median (`value`)."""
+    ratios = [r / one for one, r in zip(rates["alone"], rates[kind], strict=True)]
+    figure = {"figure": figure, "value": round(statistics.median(ratios), 3), "unit": "ratio"}
+    if target is not None:
+        figure["target"] = target
+    return {**figure, "pair_ratios": [round(r, 3) for r in ratios]}
+
+
 def start_learner(rank: int, ranks: int, port: int, live, layout, device, folder: Path, source) -> tuple:
     """(learner, training thread not started, group connection or None) of one process: a lone learner when `ranks` is
     1, else rank `rank` of a group joined through the store on HOST:port, starting from rank 0's weights as in a run."""
@@ -194,16 +204,10 @@ def run(args):
                     _, batches, seconds = learners.ask("run", window_s)[0]  # rank 0's count: the ranks step together
                     rates[kind].append(len(learners.processes) * batches * batch_size / seconds)
             load.append(os.getloadavg()[0])
-        ratios = [two / one for one, two in zip(rates["alone"], rates["pair"], strict=True)]
-        ceiling = [two / one for one, two in zip(rates["alone"], rates["independent"], strict=True)]
         yield {
-            "figure": "learners.scaling_2",
-            "value": round(statistics.median(ratios), 3),
-            "unit": "ratio",
-            "target": ">= 1.8",
+            **_ratio_figure("learners.scaling_2", rates, "pair", ">= 1.8"),
             "learned_transitions_per_s_1": [round(r) for r in rates["alone"]],
             "learned_transitions_per_s_2": [round(r) for r in rates["pair"]],
-            "pair_ratios": [round(r, 3) for r in ratios],
             "batch_size": batch_size,
             "precision": alone.ready[0][1],
             "threads_per_rank": 1,
@@ -212,21 +216,13 @@ def run(args):
             "load_average_1min": [round(x, 2) for x in load],
         }
         if "quad" in rates:
-            quad = [four / one for one, four in zip(rates["alone"], rates["quad"], strict=True)]
             yield {
-                "figure": "learners.scaling_4",
-                "value": round(statistics.median(quad), 3),
-                "unit": "ratio",
-                "target": ">= 3.4",
+                **_ratio_figure("learners.scaling_4", rates, "quad", ">= 3.4"),
                 "learned_transitions_per_s_4": [round(r) for r in rates["quad"]],
-                "pair_ratios": [round(r, 3) for r in quad],
             }
         yield {
-            "figure": "learners.independent_2",
-            "value": round(statistics.median(ceiling), 3),
-            "unit": "ratio",
+            **_ratio_figure("learners.independent_2", rates, "independent"),
             "learned_transitions_per_s_two_alone": [round(r) for r in rates["independent"]],
-            "pair_ratios": [round(r, 3) for r in ceiling],
         }
         replies = pair.ask("exchanges", EXCHANGES)
         _, exchange_ms, agreement_ms, floats = replies[0]
