@@ -106,13 +106,19 @@ class ShardTransfer:
     def _header(self, k: int) -> dict:
         if k not in self._headers:
             try:
-                self._headers[k] = recv_json(self.pg, k)
+                header = recv_json(self.pg, k)
             except (SenderFailed, GroupCommunicationError) as e:
-                self._headers[k] = {"error": f"rank {k} sent no shard ({e})"}
-            if "error" in self._headers[k]:
-                self._pending[k] = []
-                self.log(f"{self._headers[k]['error']}: its shard of the previous checkpoint is kept")
+                header = {"error": f"rank {k} sent no shard ({e})"}
+            self._headers[k] = header
+            if "error" in header:
+                self._give_up(k, header)
         return self._headers[k]
+
+    def _give_up(self, k: int, header: dict) -> None:
+        """Rank k's shard will not come (header["error"] says why): nothing more is received from it this save."""
+        self._headers[k] = header
+        self._pending[k] = []
+        self.log(f"{header['error']}: its shard of the previous checkpoint is kept")
 
     def _receive(self, k: int, name: str, path: Path) -> None:
         if "error" not in self._header(k):
@@ -121,9 +127,7 @@ class ShardTransfer:
                 recv_file(self.pg, k, path)
                 return
             except GroupCommunicationError as e:  # it died while sending: what the previous checkpoint has
-                self._headers[k] = {"error": f"rank {k} stopped sending its shard ({e})"}
-                self._pending[k] = []
-                self.log(f"{self._headers[k]['error']}: its shard of the previous checkpoint is kept")
+                self._give_up(k, {"error": f"rank {k} stopped sending its shard ({e})"})
         self._previous(k, name, path)
 
     def _previous(self, k: int, name: str, path: Path) -> None:
