@@ -21,7 +21,7 @@
 # OUT 10`, then at once the same command again.
 # A machine without package registries: put the wheels it lacks (torchrl, tensordict, gymnasium, Box2D and their
 # small dependencies) in ./.whl first; they are installed into /tmp/site, beside the machine's own torch.
-# SKIP_TESTS=1 skips step 1; BENCHMARKS names the suites of step 3 ("absorb learner" by default); CONFIG_LINES is
+# SKIP_TESTS=1 skips step 1, STOP_ON_TEST_FAILURE=1 stops there (exit 4) if a test fails; BENCHMARKS names the suites of step 3 ("absorb learner" by default); CONFIG_LINES is
 # appended to the run's config (an arm of a comparison, e.g. CONFIG_LINES='batch_size = 256'; the default run has none);
 # TRAIN_ARGS is added to train.py's command line (e.g. TRAIN_ARGS='--learners 4' for issue 29's runs, with
 # CUDA_VISIBLE_DEVICES= DEVICE=cpu for a CPU-only box; docs/cluster.md).
@@ -50,8 +50,15 @@ if [ ! -f "$work/started" ]; then
         > "$work/logs/versions.txt" 2>&1
     if [ "${SKIP_TESTS:-0}" != 1 ]; then
         step tests
-        timeout 120 python -m pytest -q -p no:cacheprovider tests/agents/test_graphed_step.py tests/learner/test_training_thread.py \
-            > "$work/logs/tests.txt" 2>&1 || echo "TESTS FAILED OR TIMED OUT: $?" >> "$work/logs/tests.txt"
+        timeout 120 python -m pytest -q -p no:cacheprovider tests/agents/test_graphed_step.py tests/agents/test_packed_tensors.py tests/learner/test_training_thread.py \
+            > "$work/logs/tests.txt" 2>&1 || {
+            echo "TESTS FAILED OR TIMED OUT: $?" >> "$work/logs/tests.txt"
+            if [ "${STOP_ON_TEST_FAILURE:-0}" = 1 ]; then
+                cp "$work"/logs/versions.txt "$work"/logs/tests.txt "$out"/
+                step "tests failed: stopped before training (STOP_ON_TEST_FAILURE=1)"
+                exit 4
+            fi
+        }
     fi
     step "training $minutes minutes"
     cp config_files/config.py "$work/config.py"
@@ -74,10 +81,16 @@ step "training ended: exit $(cat "$work/exit_code")"
 pack() {  # the checkpoints stay (buffers: GBs); their last stats.json (frames, batches, learners, wall seconds) goes along
     last=$(ls -d "$work"/save/gpu_box/checkpoints/*/ 2>/dev/null | tail -n 1)
     if [ -n "$last" ]; then cp "$last/stats.json" "$work/logs/last_checkpoint_stats.json"; fi
+    rm -f "$out"/run.tar.gz*
     tar czf "$out/run.tar.gz" -C "$work" --exclude checkpoints --exclude best save/gpu_box logs
+    # a device call brings back files of at most 16 MiB: a longer run's kept weights (1.7 MB a minute) come in parts,
+    # joined by `cat run.tar.gz.* > run.tar.gz`
+    if [ "$(stat -c %s "$out/run.tar.gz")" -gt $((15 * 1024 * 1024)) ]; then
+        split -b 15m -d "$out/run.tar.gz" "$out/run.tar.gz." && rm "$out/run.tar.gz"
+    fi
 }
 pack
-step "training packed: $(du -h "$out/run.tar.gz" | cut -f1)"
+step "training packed: $(du -ch "$out"/run.tar.gz* | tail -n 1 | cut -f1)"
 
 for suite in ${BENCHMARKS-absorb learner}; do
     step "benchmark $suite"

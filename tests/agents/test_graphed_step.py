@@ -9,6 +9,7 @@ import torch
 from tests.helpers import layout_for, tiny_config
 from trackmania_rl.agents.graphed_step import GraphedTrainStep, choose_cuda_graphs, radam_update, set_capturable
 from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.agents.packed_tensors import PACKED, Packed, PackedLayout
 from trackmania_rl.agents.precision import random_batch
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
 
@@ -34,6 +35,14 @@ def _batch(trainer, cfg, layout, device, seed, batch_size=None):
     batch["action"] = torch.randint(0, N_ACTIONS, batch["action"].shape, generator=g)
     batch.update(trainer.draw_taus(len(batch["action"]), g))
     return {k: v.to(device) for k, v in batch.items()}
+
+
+def _packed(batch: dict) -> dict:
+    """The batch as the prefetch thread hands it over: its fields as views of one flat tensor, and that tensor."""
+    layout = PackedLayout.of(batch)
+    flat, views = layout.allocate(next(iter(batch.values())).device)
+    PackedLayout.fill(views, batch)
+    return {**views, PACKED: Packed(layout, flat)}
 
 
 def _assert_same_weights(a: Trainer, b: Trainer, rtol=1e-4, atol=1e-5):
@@ -80,12 +89,14 @@ def _compare_steps(device, capture, cfg, precision=torch.float32, rtol=1e-4, ato
         batch = _batch(eager, cfg, layout, device, seed=step)
         do_learn = step != 4  # a hidden-test batch between learning steps
         loss_e, norm_e, per_e = eager.train_on_tensors(batch, do_learn)
-        loss_s, norm_s, per_s = static.train_on_tensors(batch, do_learn)
+        # packed batches (one copy in: the first one's layout is the step's) and, at step 2, a batch field by field
+        loss_s, norm_s, per_s = static.train_on_tensors(batch if step == 2 else _packed(batch), do_learn)
         assert loss_s == pytest.approx(loss_e, rel=rtol, abs=atol)
         assert norm_s == pytest.approx(norm_e, rel=rtol, abs=atol)
         torch.testing.assert_close(per_s, per_e, rtol=rtol, atol=atol)
         _assert_same_weights(eager, static, rtol, atol)
     assert static.graphed.captures == 1 and not logs
+    assert static.graphed.layout == _packed(batch)[PACKED].layout  # the packed batches came in as one copy
     # a new batch size is held by the step: it is built again, logged, and still matches
     batch = _batch(eager, cfg, layout, device, seed=9, batch_size=cfg.batch_size // 2)
     assert static.train_on_tensors(batch)[0] == pytest.approx(eager.train_on_tensors(batch)[0], rel=rtol, abs=atol)

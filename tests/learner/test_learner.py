@@ -40,12 +40,12 @@ def _local_source(shared):
     return LocalCollectorSource(pool, shared, ctx.Event(), ctx.Value("q", 0, lock=False), stall_timeout_s=lambda: 60.0)
 
 
-def _learner(tmp_path, shared=None, resume=True):
+def _learner(tmp_path, shared=None, resume=True, device="cpu"):
     messages = []
     live = LiveConfig(_config_file(tmp_path), log=messages.append)
     layout = float_layout_for(live.current)
     source = _local_source(shared) if shared is not None else None
-    learner = Learner(live, layout, torch.device("cpu"), tmp_path / "run", source=source, log=messages.append, resume=resume)
+    learner = Learner(live, layout, torch.device(device), tmp_path / "run", source=source, log=messages.append, resume=resume)
     return learner, messages
 
 

@@ -125,10 +125,14 @@ def test_a_batch_comes_from_the_test_buffer_at_its_ratio(learner):
     assert not any(feed.next()[0] for _ in range(50))  # an empty test buffer is never asked
 
 
-def test_publications_left_by_the_thread_are_published_by_the_main_thread(tmp_path):
+CUDA_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))]
+
+
+@pytest.mark.parametrize("device", CUDA_DEVICES)  # on CUDA: prefetched packed batches, weights left as an async copy
+def test_publications_left_by_the_thread_are_published_by_the_main_thread(tmp_path, device):
     cfg = LiveConfig(_config_file(tmp_path)).current
     shared = SharedNetwork(make_network(cfg, float_layout_for(cfg), len(cfg.inputs)), torch_mp.get_context("spawn"))
-    learner, _ = _learner(tmp_path, shared=shared)
+    learner, _ = _learner(tmp_path, shared=shared, device=device)
     for seed in range(3):
         learner.ingest(*_race(learner, 60, seed=seed), META)
     left = []  # the online weights each time the thread leaves a copy to publish
@@ -143,6 +147,6 @@ def test_publications_left_by_the_thread_are_published_by_the_main_thread(tmp_pa
     assert shared.version == 1  # the thread only left copies
     assert learner.publish_pending() and shared.version == 2 and publishers == [threading.current_thread()]
     for name, tensor in shared.network.state_dict().items():  # the newest copy, whatever the batches done since
-        assert torch.equal(tensor, left[-1][name]), name
+        assert torch.equal(tensor, left[-1][name].cpu()), name
     assert not learner.publish_pending()
     learner.batches.close()

@@ -7,8 +7,9 @@ On a GPU the eager step launches ~235 small kernels while the GPU computes ~1.3 
 - optimizer: the RAdam update (`radam_update`: torch's RAdam with decoupled weight decay, written with foreach ops
   and the learning rate in a device tensor, so that the lr schedule moves without re-capturing);
 - test: the loss of a hidden-test batch, no gradient.
-The gradient norm is read after the learn graph (one synchronisation per step, as the eager step has) and the
-optimizer graph replays only when it is finite: the same skip as the eager step. The quantile fractions come with
+The loss and the gradient norm are read together after the learn graph (one synchronisation per step) and the
+optimizer graph replays only when the norm is finite: the same skip as the eager step. A batch packed by the prefetch
+thread (agents/packed_tensors.py) is copied into the static tensors, views of one flat tensor, in one copy. The quantile fractions come with
 the batch (`Trainer.draw_taus`): a graph replays no random draw. Values baked into the graphs (batch size,
 precision, quantiles, kappa, use_ddqn, clipping, betas, eps, weight decay) are checked before every step; a live
 edit of one (or a new batch size) re-captures them, logged. The optimizer's state stays torch's RAdam state (the
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.agents.packed_tensors import PACKED, PackedLayout
 from trackmania_rl.agents.precision import random_batch
 from trackmania_rl.agents.training import Trainer, make_optimizer
 from trackmania_rl.device import wait_for_device
@@ -109,11 +111,12 @@ def radam_update(optimizer: torch.optim.Optimizer, lr: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # The step over static tensors
 # ---------------------------------------------------------------------------------------------------------
-def baked_values(trainer: Trainer, batch_size: int) -> tuple:
+def baked_values(trainer: Trainer, batch_size: int, inputs: tuple[str, ...]) -> tuple:
     """What a captured step holds fixed: a change of any of these needs a new capture."""
     cfg, group = trainer.cfg, trainer.optimizer.param_groups[0]
     return (
         int(batch_size),
+        inputs,
         trainer.precision,
         trainer.n_quantiles,
         bool(cfg.use_ddqn),
@@ -141,7 +144,7 @@ class GraphedTrainStep:
         self.static: dict[str, torch.Tensor] = {}
 
     # -- building --------------------------------------------------------------------------------------
-    def _inputs(self, batch: dict) -> list[str]:
+    def _inputs(self, batch: dict) -> tuple[str, ...]:
         keys = ["state_img", "state_float", "action", "reward", "next_state_img", "next_state_float", "gamma_eff"]
         keys += ["taus", "next_taus_target"]
         if self.trainer.cfg.use_ddqn:
@@ -151,14 +154,19 @@ class GraphedTrainStep:
         missing = [k for k in keys if k not in batch]
         if missing:
             raise KeyError(f"a graphed train step needs {missing} in its batch (quantile fractions: Trainer.draw_taus)")
-        return keys
+        return tuple(keys)
 
-    def _build(self, batch: dict, baked: tuple) -> None:
+    def _build(self, batch: dict, inputs: tuple[str, ...], baked: tuple) -> None:
         trainer = self.trainer
         device = trainer.device
-        self.static = {k: torch.empty_like(batch[k], device=device) for k in self._inputs(batch)}
+        # the static inputs are views of one flat tensor: a packed batch of the same layout comes in with one copy
+        packed = batch.get(PACKED)
+        self.layout = packed.layout if packed is not None else PackedLayout.of({k: batch[k] for k in inputs})
+        self.static_flat, views = self.layout.allocate(device)
+        self.static = {k: views[k] for k in inputs}
         self._copy_in(batch)
         self.lr = torch.zeros((), dtype=torch.float32, device=device)
+        self.lr_value: float | None = None  # what self.lr holds: refilled only when the schedule moves
         ensure_radam_state(trainer.optimizer)
         self.graphs = None
         if self.capture:
@@ -167,16 +175,21 @@ class GraphedTrainStep:
         self.captures += 1
 
     def _copy_in(self, batch: dict) -> None:
+        packed = batch.get(PACKED)
+        if packed is not None and packed.layout == self.layout:
+            self.static_flat.copy_(packed.flat, non_blocking=True)
+            return
         for key, tensor in self.static.items():
             tensor.copy_(batch[key], non_blocking=True)
 
-    def _learn(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _learn(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss and gradient norm in one tensor: read with one synchronisation; per-sample loss)."""
         trainer, cfg = self.trainer, self.trainer.cfg
         loss, per_sample = trainer.compute_loss(self.static)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.clip_grad_norm)
         torch.nn.utils.clip_grad_value_(self.params, cfg.clip_grad_value)
-        return loss.detach(), per_sample, grad_norm
+        return torch.stack([loss.detach().float(), grad_norm.float()]), per_sample
 
     def _test(self) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
@@ -210,11 +223,12 @@ class GraphedTrainStep:
 
     # -- running ---------------------------------------------------------------------------------------
     def step(self, batch: dict, do_learn: bool = True) -> tuple[float, float, torch.Tensor]:
-        baked = baked_values(self.trainer, batch["action"].shape[0])
+        inputs = self._inputs(batch)
+        baked = baked_values(self.trainer, batch["action"].shape[0], inputs)
         if baked != self.baked:
             if self.baked is not None:
                 self.log(f"train step re-captured: batch size or a hyperparameter held by the step changed ({_changes(self.baked, baked)})")
-            self._build(batch, baked)
+            self._build(batch, inputs, baked)
         else:
             self._copy_in(batch)
         if not do_learn:
@@ -226,23 +240,26 @@ class GraphedTrainStep:
             return float(loss), 0.0, per_sample.clone()
         if self.graphs is not None:
             self.graphs["learn"].replay()
-            loss, per_sample, grad_norm = self.learn_out
+            loss_and_norm, per_sample = self.learn_out
         else:
             self.trainer.optimizer.zero_grad(set_to_none=True)
-            loss, per_sample, grad_norm = self._learn()
-        grad_norm = float(grad_norm)  # the one synchronisation: skip the update on a non-finite gradient
+            loss_and_norm, per_sample = self._learn()
+        loss, grad_norm = loss_and_norm.tolist()  # the one synchronisation: skip the update on a non-finite gradient
         if math.isfinite(grad_norm):
-            self.lr.fill_(float(self.trainer.optimizer.param_groups[0]["lr"]))
+            lr = float(self.trainer.optimizer.param_groups[0]["lr"])
+            if lr != self.lr_value:
+                self.lr.fill_(lr)
+                self.lr_value = lr
             if self.graphs is not None:
                 self.graphs["step"].replay()
             else:
                 self._optimizer_step()
         else:
             self.trainer.nonfinite_steps_skipped += 1
-        return float(loss), grad_norm, per_sample.clone()
+        return loss, grad_norm, per_sample.clone()
 
 
-_BAKED_NAMES = ("batch size", "precision", "quantiles", "use_ddqn", "kappa", "clip_grad_norm", "clip_grad_value", "betas", "eps")
+_BAKED_NAMES = ("batch size", "inputs", "precision", "quantiles", "use_ddqn", "kappa", "clip_grad_norm", "clip_grad_value", "betas", "eps")
 _BAKED_NAMES += ("weight decay",)
 
 

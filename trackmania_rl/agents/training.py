@@ -168,7 +168,9 @@ class Trainer:
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """target <- (1 - tau) target + tau online, buffers copied; the target is a network of the online one's
     architecture (same parameters and buffers, in the same order)."""
-    for p_target, p_online in zip(target.parameters(), online.parameters(), strict=True):
-        p_target.lerp_(p_online, float(tau))
+    target_params, online_params = list(target.parameters()), list(online.parameters())
+    if len(target_params) != len(online_params):
+        raise ValueError(f"soft update between networks of {len(target_params)} and {len(online_params)} parameters")
+    torch._foreach_lerp_(target_params, online_params, float(tau))  # one call: on a GPU, one launch per dtype, not one per tensor
     for b_target, b_online in zip(target.buffers(), online.buffers(), strict=True):
         b_target.copy_(b_online)

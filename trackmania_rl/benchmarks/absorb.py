@@ -14,7 +14,9 @@ race stored (the map cycle's blind tracks included). Figures:
   than max_training_backlog_batches); `absorb.collectors_absorbed` = absorbed actions/s ÷ one collector's.
 - `absorb.training_thread_ingest_fraction`: how much taking and storing 2,200 actions/s (14 collectors of a 16-core
   box) slows the training thread, which is given unlimited credit here: 1 - (steps/s with that intake ÷ steps/s
-  without), median of alternated windows. Target <= 0.02 (DESIGN §5).
+  without), median of alternated windows. Target <= 0.02 (DESIGN §5). At the learner's interpreter switch interval
+  (learner/cores.py), and beside it `…_other_switch_interval` at the other candidate (Python's default 5 ms on CUDA,
+  0.5 ms on the CPU), the rounds interleaved: the measurement that chose the learner's.
 The training thread runs cores - 1 torch threads on the CPU (one core is the main thread's), one with CUDA.
 """
 
@@ -24,6 +26,7 @@ import os
 import pickle
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from multiprocessing.reduction import ForkingPickler
@@ -36,6 +39,7 @@ from trackmania_rl.benchmarks.recorded_races import SHIPPED_WEIGHTS, record_race
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
+from trackmania_rl.learner.cores import CUDA_SWITCH_INTERVAL_S, PYTHON_SWITCH_INTERVAL_S, set_switch_interval
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.sources import Pacing
 from trackmania_rl.learner.training_thread import TrainingThread
@@ -154,30 +158,34 @@ def learning_rate(learner: Learner, source: ReplaySource, threads: int, warmup_s
     return learned, (learner.stats.frames_played - frames) / elapsed
 
 
-def ingest_slowdown(learner: Learner, source: ReplaySource, threads: int, rounds: int, window_s: float) -> list[float]:
-    """Per round: 1 - (training steps/s while the main thread takes `source`'s paced races ÷ steps/s while it idles)."""
+def ingest_slowdown(learner: Learner, source: ReplaySource, threads: int, rounds: int, window_s: float, intervals: list[float]) -> dict:
+    """Per interpreter switch interval, per round: 1 - (training steps/s while the main thread takes `source`'s paced
+    races ÷ steps/s while it idles). The intervals take turns within each round (one machine state for all)."""
     training = TrainingThread(learner, wanted_threads=lambda: threads)
     training.start()
-    ratios = []
+    ratios: dict = {interval: [] for interval in intervals}
     try:
         _intake(learner, training, source, window_s, None)  # warm-up with intake on
         for _ in range(rounds):
-            rates = {}
-            for intake in (False, True):
-                steps = learner.stats.batches_done + learner.stats.test_batches_done
-                start = time.perf_counter()
-                if intake:
-                    source.start()  # the pace counts from now
-                    _intake(learner, training, source, window_s, None)
-                else:
-                    while time.perf_counter() - start < window_s:
-                        training.check()
-                        time.sleep(0.01)
-                        learner.publish_pending()
-                rates[intake] = (learner.stats.batches_done + learner.stats.test_batches_done - steps) / (time.perf_counter() - start)
-            ratios.append(1 - rates[True] / rates[False])
+            for interval in intervals:
+                sys.setswitchinterval(interval)
+                rates = {}
+                for intake in (False, True):
+                    steps = learner.stats.batches_done + learner.stats.test_batches_done
+                    start = time.perf_counter()
+                    if intake:
+                        source.start()  # the pace counts from now
+                        _intake(learner, training, source, window_s, None)
+                    else:
+                        while time.perf_counter() - start < window_s:
+                            training.check()
+                            time.sleep(0.01)
+                            learner.publish_pending()
+                    rates[intake] = (learner.stats.batches_done + learner.stats.test_batches_done - steps) / (time.perf_counter() - start)
+                ratios[interval].append(1 - rates[True] / rates[False])
     finally:
         training.stop()
+        sys.setswitchinterval(intervals[0])
     training.check()
     return ratios
 
@@ -188,6 +196,7 @@ def run(args):
     cores = os.cpu_count() or 1
     threads = max(1, cores - 1) if device.type == "cpu" else 1
     torch.set_num_threads(1)  # the main thread's; the training thread sets its own
+    set_switch_interval(device)  # the learner's, as in a run
     workdir = Path(tempfile.mkdtemp(prefix="absorb_benchmark_"))
     try:
         config_path, live = default_config_copy(workdir)
@@ -237,17 +246,24 @@ def run(args):
         source = ReplaySource(races, actions_per_s=GPU_BOX_ACTIONS_PER_S)
         learner = _learner(unlimited, workdir, device, source, "fraction")
         _fill_once(learner, ReplaySource(races))
-        ratios = ingest_slowdown(learner, source, threads, rounds=3 if quick else 6, window_s=3.0 if quick else 5.0)
+        # at the learner's interpreter switch interval for this device (learner/cores.py), and at the other candidate
+        learners, other = CUDA_SWITCH_INTERVAL_S, PYTHON_SWITCH_INTERVAL_S
+        if device.type != "cuda":
+            learners, other = other, learners
+        rounds, window_s = (3, 3.0) if quick else (6, 5.0)
+        ratios = ingest_slowdown(learner, source, threads, rounds, window_s, intervals=[learners, other])
         learner.batches.close()
-        yield {
-            "figure": "absorb.training_thread_ingest_fraction",
-            "value": round(max(0.0, statistics.median(ratios)), 4),
-            "unit": "ratio",
-            "target": "<= 0.02",
-            "intake_actions_per_s": GPU_BOX_ACTIONS_PER_S,
-            "rounds": [round(r, 4) for r in ratios],
-            "training_threads": threads,
-            "cores": cores,
-        }
+        for suffix, interval in (("", learners), ("_other_switch_interval", other)):
+            yield {
+                "figure": f"absorb.training_thread_ingest_fraction{suffix}",
+                "value": round(max(0.0, statistics.median(ratios[interval])), 4),
+                "unit": "ratio",
+                "target": "<= 0.02",
+                "intake_actions_per_s": GPU_BOX_ACTIONS_PER_S,
+                "rounds": [round(r, 4) for r in ratios[interval]],
+                "training_threads": threads,
+                "cores": cores,
+                "switch_interval_ms": 1000 * interval,
+            }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -12,7 +12,8 @@
   sample + transform in the step's thread on the CPU; prefetched by its thread, in pinned memory, copied on its own
   stream, on CUDA); alternated with bare;
 - `learner.overhead_ratio` = full / bare (target <= 1.10 on the CPU, <= 1.05 on a GPU);
-- on CUDA, the same three for the step as captured CUDA graphs (`…_graph`), and `learner.cuda_graph_speedup` =
+- on CUDA, the same three for the step as captured CUDA graphs (`…_graph`), again at Python's default interpreter
+  switch interval (`…_graph_default_switch`: the others run at the learner's, learner/cores.py), and `learner.cuda_graph_speedup` =
   bare eager / bare graph (target >= 1.5), and `learner.graph_step_by_batch`: the graphed step's ms and transitions/s
   at batch 128 to 2048 in float32 and bfloat16;
 - `learner.bytes_per_transition`: replay memory held per transition at capacity (preallocated tensors:
@@ -53,6 +54,7 @@ from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
 from trackmania_rl.learner.batches import STEP_KEYS, make_batch_feed
+from trackmania_rl.learner.cores import CUDA_SWITCH_INTERVAL_S, PYTHON_SWITCH_INTERVAL_S, set_switch_interval
 from trackmania_rl.replay.buffers import TransitionReplayBuffer, make_buffer
 from trackmania_rl.replay.experience import Experience, rollout_to_experience
 from trackmania_rl.replay.mini_race import MiniRaceTransform, draw_mini_race_clock
@@ -354,12 +356,17 @@ def run(args):
     # train step: bare (ready tensors) and full (the learner's batch feed: sampled in the step's thread on the CPU,
     # prefetched on CUDA), alternated; on CUDA the same for the captured-graph step
     step_common = {**common, "device": device_name(device)}
-    steppers = {"": make_trainer(cfg, layout, n_actions, device)}
+    # (suffix, trainer, interpreter switch interval): the learner's interval for this device (learner/cores.py), and on
+    # CUDA the graphed step again at Python's default, the measurement behind CUDA_SWITCH_INTERVAL_S
+    learners_interval = CUDA_SWITCH_INTERVAL_S if device.type == "cuda" else PYTHON_SWITCH_INTERVAL_S
+    steppers = [("", make_trainer(cfg, layout, n_actions, device), learners_interval)]
     if device.type == "cuda":
-        steppers["_graph"] = make_trainer(cfg, layout, n_actions, device, cuda_graphs=True)
+        graphed = make_trainer(cfg, layout, n_actions, device, cuda_graphs=True)
+        steppers += [("_graph", graphed, learners_interval), ("_graph_default_switch", graphed, PYTHON_SWITCH_INTERVAL_S)]
     no_test_batches = make_buffer(cfg, layout, 1, batch_size=BATCH_SIZE, rng=np.random.default_rng(9))
     bare_ms = {}
-    for suffix, trainer in steppers.items():
+    for suffix, trainer, interval in steppers:
+        set_switch_interval(device, interval)
         feed = make_batch_feed(buffer, no_test_batches, trainer, device, np.random.default_rng(8), lambda: cfg)
         try:
             ready = feed.next()[1]
@@ -373,14 +380,17 @@ def run(args):
             feed.close()
         bare_ms[suffix] = statistics.median(bare)
         shape = {"iqn_n": cfg.iqn_n, "use_ddqn": cfg.use_ddqn}
+        interval_ms = {"switch_interval_ms": 1000 * interval}
         yield {"figure": f"learner.train_step_ms_bare{suffix}", "value": _ms(bare), "unit": "ms", **shape, **step_common}
-        yield {"figure": f"learner.train_step_ms_full{suffix}", "value": _ms(full), "unit": "ms", **step_common}
+        yield {"figure": f"learner.train_step_ms_full{suffix}", "value": _ms(full), "unit": "ms", **step_common, **interval_ms}
         yield {
             "figure": f"learner.overhead_ratio{suffix}",
             "value": round(statistics.median(full) / statistics.median(bare), 3),
             "unit": "x",
             "target": "<= 1.10 (CPU), <= 1.05 (GPU)",
+            **interval_ms,
         }
+    set_switch_interval(device)
     if "_graph" in bare_ms:
         speedup = bare_ms[""] / bare_ms["_graph"]
         yield {"figure": "learner.cuda_graph_speedup", "value": round(speedup, 3), "unit": "x", "target": ">= 1.5", **step_common}

@@ -3,10 +3,12 @@ step's device (DESIGN §2: a GPU learner prepares the next batch while the curre
 
 - `BatchFeed` samples when asked, in the training thread: the CPU learner's case, where a sampling thread would
   take a core the train step uses.
-- `PrefetchingBatchFeed` (CUDA): a thread samples the next batches, assembles them in pinned host memory and copies
-  them to the GPU with non_blocking copies on a stream of its own, `PREFETCH_DEPTH` ahead; the train step waits only
-  for the copy's event. The batches also carry the step's quantile fractions, drawn on the CPU
-  (`Trainer.draw_taus`): the GPU step then holds no random draw and can be a CUDA graph (agents/graphed_step.py).
+- `PrefetchingBatchFeed` (CUDA): a thread samples the next batches, packs the step's fields into one pinned host
+  buffer (agents/packed_tensors.py: a ring of them, reused once their copy has landed) and copies it to the GPU in
+  one non_blocking copy on a stream of its own, `PREFETCH_DEPTH` ahead; the train step waits only for the copy's
+  event, and a graphed step takes the whole batch into its inputs in one copy (`batch[PACKED]`). The batches also
+  carry the step's quantile fractions, drawn on the CPU (`Trainer.draw_taus`): the GPU step then holds no random
+  draw and can be a CUDA graph (agents/graphed_step.py).
 A prefetched batch was sampled up to PREFETCH_DEPTH steps before it trains: with prioritized replay its
 priorities are that many updates old (the stored transitions themselves are copied, whatever happens to them).
 """
@@ -15,16 +17,30 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from trackmania_rl.agents.packed_tensors import PACKED, Packed, PackedLayout
 from trackmania_rl.agents.training import TAU_KEYS
 
 # what the train step reads; the rest of a sampled batch (mini-race clock, n-steps, terminal) stays on the host
 STEP_KEYS = ("state_img", "state_float", "action", "reward", "next_state_img", "next_state_float", "gamma_eff", "weight")
 PREFETCH_DEPTH = 2
+HOST_SLOTS = PREFETCH_DEPTH + 2  # pinned buffers per batch layout: the oldest one's copy has long landed when reused
+MAX_LAYOUTS = 4  # batch layouts whose pinned buffers are kept (training and hidden-test batches, a batch-size edit)
+
+
+@dataclass
+class PinnedSlot:
+    """A pinned host buffer a batch is packed into before its copy to the GPU, and the event of that copy."""
+
+    flat: torch.Tensor
+    views: dict
+    copied: torch.cuda.Event | None = None
 
 
 class BatchFeed:
@@ -70,21 +86,43 @@ class PrefetchingBatchFeed(BatchFeed):
         self._thread = threading.Thread(target=self._run, name="batch-prefetch", daemon=True)
         self._thread.start()
 
+    @staticmethod
+    def _host_slot(layout: PackedLayout, rings: dict) -> PinnedSlot:
+        """The next pinned host buffer of this layout, once the copy that last read it has landed."""
+        ring = rings.get(layout)
+        if ring is None:
+            if len(rings) >= MAX_LAYOUTS:  # live batch-size edits: the oldest ring goes (torch frees it once copied)
+                rings.pop(next(iter(rings)))
+            ring = rings[layout] = deque(PinnedSlot(*layout.allocate("cpu", pin_memory=True)) for _ in range(HOST_SLOTS))
+        ring.rotate(-1)
+        slot = ring[-1]
+        if slot.copied is not None:
+            slot.copied.synchronize()
+        return slot
+
     def _run(self) -> None:
         torch.set_num_threads(1)  # index_select of one batch: the train step's thread needs the cores more
         stream = torch.cuda.Stream(self.device)
+        rings: dict = {}  # PackedLayout -> its pinned host buffers (a new batch size or set of fields: a new ring)
         try:
             while not self._stop.is_set():
                 if len(self.buffer) == 0:
                     self._stop.wait(0.01)
                     continue
                 is_test, host = self._sample_on_host()
-                pinned = {k: v.pin_memory() for k, v in host.items() if k in STEP_KEYS + TAU_KEYS}
+                fields = {k: v for k, v in host.items() if k in STEP_KEYS + TAU_KEYS}
+                layout = PackedLayout.of(fields)
+                slot = self._host_slot(layout, rings)
+                PackedLayout.fill(slot.views, fields)
                 with torch.cuda.stream(stream):
-                    batch = {k: v.to(self.device, non_blocking=True) for k, v in pinned.items()}
+                    flat = torch.empty(layout.nbytes, dtype=torch.uint8, device=self.device)
+                    flat.copy_(slot.flat, non_blocking=True)
                     copied = torch.cuda.Event()
                     copied.record(stream)
-                batch.update({k: v for k, v in host.items() if k not in batch})  # index, state_gid...: host side
+                slot.copied = copied
+                batch = layout.views(flat)
+                batch[PACKED] = Packed(layout, flat)
+                batch.update({k: v for k, v in host.items() if k not in fields})  # index, state_gid...: host side
                 while not self._stop.is_set():
                     try:
                         self._ready.put((is_test, batch, copied), timeout=0.1)
@@ -105,9 +143,7 @@ class PrefetchingBatchFeed(BatchFeed):
                 continue
         current = torch.cuda.current_stream(self.device)
         current.wait_event(copied)
-        for tensor in batch.values():
-            if tensor.is_cuda:
-                tensor.record_stream(current)  # made on the prefetch stream, freed after use on this one
+        batch[PACKED].flat.record_stream(current)  # made on the prefetch stream, freed after use on this one (the views too)
         return is_test, batch
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ and its core would idle while the learner catches up: the learner takes it until
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 
@@ -16,6 +17,12 @@ import torch
 
 # a CUDA learner's own cores: its training thread (the GPU's feeder) and the thread taking races and preparing batches
 CUDA_LEARNER_CORES = 2
+# The interpreter switch interval of a CUDA learner. Its training thread waits for the GPU with the interpreter lock
+# released, ~1.5-2.5 ms a step as a graph; when the wait ends, the batch-prefetch thread or the main thread's ingest may
+# hold the lock, and Python takes it back from them only after the switch interval: 5 ms by default, longer than the
+# step. A shorter one bounds that wait (measured: docs/performance.md, "GIL switch interval").
+CUDA_SWITCH_INTERVAL_S = 0.0005
+PYTHON_SWITCH_INTERVAL_S = 0.005
 
 
 def auto_collectors(device: torch.device, cores: int, other_games_here: int, other_sources: bool) -> tuple[int, str]:
@@ -31,6 +38,15 @@ def auto_collectors(device: torch.device, cores: int, other_games_here: int, oth
         rule += f", {other_games_here} used by other games here"
     count = max(0 if other_sources else 1, budget - max(0, int(other_games_here)))
     return count, f"collectors_count auto: {count} collector(s) ({rule})"
+
+
+def set_switch_interval(device: torch.device, interval_s: float | None = None) -> str:
+    """Set the interpreter's switch interval for a learner on `device` (CUDA_SWITCH_INTERVAL_S on CUDA, Python's default
+    elsewhere), or to `interval_s`; returns the line for the log."""
+    if interval_s is None:
+        interval_s = CUDA_SWITCH_INTERVAL_S if torch.device(device).type == "cuda" else PYTHON_SWITCH_INTERVAL_S
+    sys.setswitchinterval(interval_s)
+    return f"interpreter switch interval {1000 * interval_s:g} ms (Python's default: {1000 * PYTHON_SWITCH_INTERVAL_S:g} ms)"
 
 
 class LearnerThreads:

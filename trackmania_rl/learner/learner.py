@@ -23,6 +23,7 @@ import torch
 from trackmania_rl.agents import schedules
 from trackmania_rl.agents.graphed_step import GraphedTrainStep, choose_cuda_graphs, set_capturable
 from trackmania_rl.agents.iqn import load_state_dict_into, make_network
+from trackmania_rl.agents.packed_tensors import HostCopy, copy_to_host_async
 from trackmania_rl.agents.precision import choose_precision
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
 from trackmania_rl.config.loader import ConfigError
@@ -88,7 +89,7 @@ class Learner:
         if self.cuda_graphs.enabled:
             self.trainer.graphed = GraphedTrainStep(self.trainer, log=log)
         self.batches = make_batch_feed(self.buffer, self.buffer_test, self.trainer, device, self.rng.spawn(1)[0], lambda: self.cfg)
-        self._pending_weights: dict | None = None  # a copy of the online weights left by train_step, to publish
+        self._pending_weights: HostCopy | None = None  # a copy of the online weights left by train_step, to publish
         self._pending_lock = threading.Lock()
         self._settings_applied: tuple | None = None
         self.publish()  # a resumed run continues its version count
@@ -269,11 +270,12 @@ class Learner:
             weights, self._pending_weights = self._pending_weights, None
         if weights is None:
             return False
-        self.publish(weights)
+        self.publish(weights.wait())
         return True
 
     def _leave_weights_to_publish(self) -> None:
-        copy = {k: v.detach().to("cpu", copy=True) for k, v in self.online.state_dict().items()}
+        # on a GPU: one copy to pinned host memory that the training thread does not wait for (publish_pending does)
+        copy = copy_to_host_async(self.online.state_dict())
         with self._pending_lock:
             self._pending_weights = copy
 

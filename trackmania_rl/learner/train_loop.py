@@ -14,7 +14,7 @@ from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load
 from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
-from trackmania_rl.learner.cores import LearnerThreads, auto_collectors
+from trackmania_rl.learner.cores import LearnerThreads, auto_collectors, set_switch_interval
 from trackmania_rl.learner.group_hooks import GroupHooks
 from trackmania_rl.learner.held_out import HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
@@ -222,6 +222,7 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     log(f"run {options.run_name}: device {device}, {sources}, game {user.game_backend}, saves in {run_dir}")
 
     log(keep_freed_memory_for_reuse())  # before the precision probe and the first train steps
+    log(set_switch_interval(device))
     # One torch thread per core left over by the games on this machine, more while paced collectors idle (cores.py)
     run.threads = run.group.learner_threads(os.cpu_count() or 1, games_on_this_machine(options, cfg, collectors_count))
     run.logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})

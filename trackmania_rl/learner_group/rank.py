@@ -34,7 +34,7 @@ from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
 from trackmania_rl.learner.checkpoint import BUFFER, BUFFER_TEST, OPTIMIZER, WEIGHTS_ONLINE, WEIGHTS_TARGET
-from trackmania_rl.learner.cores import LearnerThreads
+from trackmania_rl.learner.cores import LearnerThreads, set_switch_interval
 from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.learner.sources import Pacing, SourceContext, local_source
 from trackmania_rl.learner.train_loop import take_races
@@ -143,6 +143,7 @@ def _serve(spec: dict, store, workdir: Path, log) -> int:
     context = SourceContext(options, live, config_path, game_backend, layout, workdir, log)
     source = local_source(context, header["collectors"], header["first_producer"], header["producers"])
     log(keep_freed_memory_for_reuse())
+    log(set_switch_interval(device))
     learner = RankLearner(live, layout, device, workdir / "run", rank=rank, ranks=ranks, source=source, log=log, resume=False)
     stats = RunStats.from_json(header["stats"])
     reset_rank_counters(stats)
