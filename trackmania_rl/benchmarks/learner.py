@@ -403,7 +403,7 @@ def run(args):
     frame = rng.integers(0, 256, size=(1, cfg.H_downsized, cfg.W_downsized), dtype=np.uint8)
     floats = layout.mean.copy()
     collector_net = make_inference_network(cfg, layout, n_actions, jit=True)
-    collector_net.load_state_dict_from(steppers[""].online)
+    collector_net.load_state_dict_from(steppers[0][1].online)
     policy = Inferer(collector_net, cfg, n_actions, rng=np.random.default_rng(6))
     policy.set_exploration(0.03, 0.1)
     contenders = {
