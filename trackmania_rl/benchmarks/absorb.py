@@ -15,8 +15,8 @@ race stored (the map cycle's blind tracks included). Figures:
 - `absorb.training_thread_ingest_fraction`: how much taking and storing 2,200 actions/s (14 collectors of a 16-core
   box) slows the training thread, which is given unlimited credit here: 1 - (steps/s with that intake ÷ steps/s
   without), median of alternated windows. Target <= 0.02 (DESIGN §5). At the learner's interpreter switch interval
-  (learner/cores.py), and beside it `…_other_switch_interval` at the other candidate (Python's default 5 ms on CUDA,
-  0.5 ms on the CPU), the rounds interleaved: the measurement that chose the learner's.
+  (learner/cores.py); `…_by_switch_interval` gives it at every candidate interval, the intervals taking turns within
+  each round: the measurement behind the learner's.
 The training thread runs cores - 1 torch threads on the CPU (one core is the main thread's), one with CUDA.
 """
 
@@ -39,7 +39,7 @@ from trackmania_rl.benchmarks.recorded_races import SHIPPED_WEIGHTS, record_race
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
-from trackmania_rl.learner.cores import CUDA_SWITCH_INTERVAL_S, PYTHON_SWITCH_INTERVAL_S, set_switch_interval
+from trackmania_rl.learner.cores import SWITCH_INTERVAL_CANDIDATES_S, learner_switch_interval, set_switch_interval
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.sources import Pacing
 from trackmania_rl.learner.training_thread import TrainingThread
@@ -246,24 +246,29 @@ def run(args):
         source = ReplaySource(races, actions_per_s=GPU_BOX_ACTIONS_PER_S)
         learner = _learner(unlimited, workdir, device, source, "fraction")
         _fill_once(learner, ReplaySource(races))
-        # at the learner's interpreter switch interval for this device (learner/cores.py), and at the other candidate
-        learners, other = CUDA_SWITCH_INTERVAL_S, PYTHON_SWITCH_INTERVAL_S
-        if device.type != "cuda":
-            learners, other = other, learners
+        # the learner's interpreter switch interval on this device (learner/cores.py) first, then the other candidates
+        learners = learner_switch_interval(device)
+        intervals = [learners] + [i for i in SWITCH_INTERVAL_CANDIDATES_S if i != learners]
         rounds, window_s = (3, 3.0) if quick else (6, 5.0)
-        ratios = ingest_slowdown(learner, source, threads, rounds, window_s, intervals=[learners, other])
+        ratios = ingest_slowdown(learner, source, threads, rounds, window_s, intervals)
         learner.batches.close()
-        for suffix, interval in (("", learners), ("_other_switch_interval", other)):
-            yield {
-                "figure": f"absorb.training_thread_ingest_fraction{suffix}",
-                "value": round(max(0.0, statistics.median(ratios[interval])), 4),
-                "unit": "ratio",
-                "target": "<= 0.02",
-                "intake_actions_per_s": GPU_BOX_ACTIONS_PER_S,
-                "rounds": [round(r, 4) for r in ratios[interval]],
-                "training_threads": threads,
-                "cores": cores,
-                "switch_interval_ms": 1000 * interval,
-            }
+        yield {
+            "figure": "absorb.training_thread_ingest_fraction",
+            "value": round(max(0.0, statistics.median(ratios[learners])), 4),
+            "unit": "ratio",
+            "target": "<= 0.02",
+            "intake_actions_per_s": GPU_BOX_ACTIONS_PER_S,
+            "rounds": [round(r, 4) for r in ratios[learners]],
+            "training_threads": threads,
+            "cores": cores,
+            "switch_interval_ms": 1000 * learners,
+        }
+        yield {
+            "figure": "absorb.training_thread_ingest_fraction_by_switch_interval",
+            "value": {
+                f"{1000 * i:g}": {"median": round(statistics.median(r), 4), "rounds": [round(x, 4) for x in r]} for i, r in ratios.items()
+            },
+            "unit": "switch interval ms: ratio",
+        }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -12,8 +12,9 @@
   sample + transform in the step's thread on the CPU; prefetched by its thread, in pinned memory, copied on its own
   stream, on CUDA); alternated with bare;
 - `learner.overhead_ratio` = full / bare (target <= 1.10 on the CPU, <= 1.05 on a GPU);
-- on CUDA, the same three for the step as captured CUDA graphs (`…_graph`), again at Python's default interpreter
-  switch interval (`…_graph_default_switch`: the others run at the learner's, learner/cores.py), and `learner.cuda_graph_speedup` =
+- on CUDA, the same three for the step as captured CUDA graphs (`…_graph`) (all at the learner's interpreter switch
+  interval, learner/cores.py), `learner.overhead_ratio_graph_by_switch_interval` (the graphed step's ratio at each
+  candidate interval, taking turns), and `learner.cuda_graph_speedup` =
   bare eager / bare graph (target >= 1.5), and `learner.graph_step_by_batch`: the graphed step's ms and transitions/s
   at batch 128 to 2048 in float32 and bfloat16;
 - `learner.bytes_per_transition`: replay memory held per transition at capacity (preallocated tensors:
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import platform
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -54,13 +56,14 @@ from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
 from trackmania_rl.learner.batches import STEP_KEYS, make_batch_feed
-from trackmania_rl.learner.cores import CUDA_SWITCH_INTERVAL_S, PYTHON_SWITCH_INTERVAL_S, set_switch_interval
+from trackmania_rl.learner.cores import SWITCH_INTERVAL_CANDIDATES_S, learner_switch_interval, set_switch_interval
 from trackmania_rl.replay.buffers import TransitionReplayBuffer, make_buffer
 from trackmania_rl.replay.experience import Experience, rollout_to_experience
 from trackmania_rl.replay.mini_race import MiniRaceTransform, draw_mini_race_clock
 from trackmania_rl.replay.samplers import PrioritizedSampler
 
 BATCH_SIZE = 512
+ROUNDS_PER_INTERVAL = 4  # the switch intervals compared take turns this many times
 CPU = torch.device("cpu")
 ROLLOUT_STATES = 400
 
@@ -256,6 +259,51 @@ def batch_size_figures(cfg, layout, n_actions: int, buffer, reps: int, device: t
     yield {"figure": "learner.graph_step_by_batch", "value": steps, "unit": "ms, transitions/s", "device": device_name(device)}
 
 
+def _bare_and_full(trainer: Trainer, feed, reps: int, device: torch.device) -> tuple[list, list]:
+    """Seconds of `reps` steps on one ready batch (bare) and on the feed's next batches (full), alternated."""
+    ready = feed.next()[1]
+    for _ in range(2):
+        trainer.train_on_tensors(ready, True), trainer.train_on_tensors(feed.next()[1], True)
+    bare, full = [], []
+    for _ in range(reps):
+        bare.append(_timed(lambda: trainer.train_on_tensors(ready, True), device))
+        full.append(_timed(lambda: trainer.train_on_tensors(feed.next()[1], True), device))
+    return bare, full
+
+
+def switch_interval_figure(trainer: Trainer, buffer, no_test_batches, cfg, device: torch.device, reps: int) -> dict:
+    """The graphed step's overhead ratio at each candidate interpreter switch interval (learner/cores.py), the
+    intervals taking turns over rounds: the measurement behind CUDA_SWITCH_INTERVAL_S."""
+    times = {interval: ([], []) for interval in SWITCH_INTERVAL_CANDIDATES_S}
+    feed = make_batch_feed(buffer, no_test_batches, trainer, device, np.random.default_rng(10), lambda: cfg)
+    try:
+        for _ in range(ROUNDS_PER_INTERVAL):
+            for interval in SWITCH_INTERVAL_CANDIDATES_S:
+                sys.setswitchinterval(interval)
+                bare, full = _bare_and_full(trainer, feed, max(1, reps // ROUNDS_PER_INTERVAL), device)
+                times[interval][0].extend(bare)
+                times[interval][1].extend(full)
+    finally:
+        feed.close()
+        set_switch_interval(device)
+    value = {
+        f"{1000 * interval:g}": {
+            "overhead_ratio": round(statistics.median(full) / statistics.median(bare), 3),
+            "bare_ms": _ms(bare),
+            "full_ms": _ms(full),
+        }
+        for interval, (bare, full) in times.items()
+    }
+    return {
+        "figure": "learner.overhead_ratio_graph_by_switch_interval",
+        "value": value,
+        "unit": "switch interval ms: x, ms",
+        "learner_switch_interval_ms": 1000 * learner_switch_interval(device),
+        "batch_size": BATCH_SIZE,
+        "device": device_name(device),
+    }
+
+
 def make_trainer(cfg, layout, n_actions: int, device: torch.device, cuda_graphs: bool = False) -> Trainer:
     """A Trainer on fresh networks of the config (float32), eager or as captured CUDA graphs."""
     online, target = make_network(cfg, layout, n_actions, device), make_network(cfg, layout, n_actions, device)
@@ -356,31 +404,21 @@ def run(args):
     # train step: bare (ready tensors) and full (the learner's batch feed: sampled in the step's thread on the CPU,
     # prefetched on CUDA), alternated; on CUDA the same for the captured-graph step
     step_common = {**common, "device": device_name(device)}
-    # (suffix, trainer, interpreter switch interval): the learner's interval for this device (learner/cores.py), and on
-    # CUDA the graphed step again at Python's default, the measurement behind CUDA_SWITCH_INTERVAL_S
-    learners_interval = CUDA_SWITCH_INTERVAL_S if device.type == "cuda" else PYTHON_SWITCH_INTERVAL_S
-    steppers = [("", make_trainer(cfg, layout, n_actions, device), learners_interval)]
+    set_switch_interval(device)  # the learner's interpreter switch interval on this device (learner/cores.py)
+    steppers = {"": make_trainer(cfg, layout, n_actions, device)}
     if device.type == "cuda":
-        graphed = make_trainer(cfg, layout, n_actions, device, cuda_graphs=True)
-        steppers += [("_graph", graphed, learners_interval), ("_graph_default_switch", graphed, PYTHON_SWITCH_INTERVAL_S)]
+        steppers["_graph"] = make_trainer(cfg, layout, n_actions, device, cuda_graphs=True)
     no_test_batches = make_buffer(cfg, layout, 1, batch_size=BATCH_SIZE, rng=np.random.default_rng(9))
     bare_ms = {}
-    for suffix, trainer, interval in steppers:
-        set_switch_interval(device, interval)
+    for suffix, trainer in steppers.items():
         feed = make_batch_feed(buffer, no_test_batches, trainer, device, np.random.default_rng(8), lambda: cfg)
         try:
-            ready = feed.next()[1]
-            for _ in range(2):
-                trainer.train_on_tensors(ready, True), trainer.train_on_tensors(feed.next()[1], True)
-            bare, full = [], []
-            for _ in range(train_reps):
-                bare.append(_timed(lambda trainer=trainer, ready=ready: trainer.train_on_tensors(ready, True), device))
-                full.append(_timed(lambda trainer=trainer, feed=feed: trainer.train_on_tensors(feed.next()[1], True), device))
+            bare, full = _bare_and_full(trainer, feed, train_reps, device)
         finally:
             feed.close()
         bare_ms[suffix] = statistics.median(bare)
         shape = {"iqn_n": cfg.iqn_n, "use_ddqn": cfg.use_ddqn}
-        interval_ms = {"switch_interval_ms": 1000 * interval}
+        interval_ms = {"switch_interval_ms": 1000 * learner_switch_interval(device)}
         yield {"figure": f"learner.train_step_ms_bare{suffix}", "value": _ms(bare), "unit": "ms", **shape, **step_common}
         yield {"figure": f"learner.train_step_ms_full{suffix}", "value": _ms(full), "unit": "ms", **step_common, **interval_ms}
         yield {
@@ -390,7 +428,8 @@ def run(args):
             "target": "<= 1.10 (CPU), <= 1.05 (GPU)",
             **interval_ms,
         }
-    set_switch_interval(device)
+    if "_graph" in steppers:
+        yield switch_interval_figure(steppers["_graph"], buffer, no_test_batches, cfg, device, 20 if quick else 60)
     if "_graph" in bare_ms:
         speedup = bare_ms[""] / bare_ms["_graph"]
         yield {"figure": "learner.cuda_graph_speedup", "value": round(speedup, 3), "unit": "x", "target": ">= 1.5", **step_common}
@@ -403,7 +442,7 @@ def run(args):
     frame = rng.integers(0, 256, size=(1, cfg.H_downsized, cfg.W_downsized), dtype=np.uint8)
     floats = layout.mean.copy()
     collector_net = make_inference_network(cfg, layout, n_actions, jit=True)
-    collector_net.load_state_dict_from(steppers[0][1].online)
+    collector_net.load_state_dict_from(steppers[""].online)
     policy = Inferer(collector_net, cfg, n_actions, rng=np.random.default_rng(6))
     policy.set_exploration(0.03, 0.1)
     contenders = {

@@ -23,6 +23,7 @@ CUDA_LEARNER_CORES = 2
 # step. A shorter one bounds that wait (measured: docs/performance.md, "GIL switch interval").
 CUDA_SWITCH_INTERVAL_S = 0.0005
 PYTHON_SWITCH_INTERVAL_S = 0.005
+SWITCH_INTERVAL_CANDIDATES_S = (0.005, 0.0005, 0.0001)  # what the learner and absorb benchmarks compare
 
 
 def auto_collectors(device: torch.device, cores: int, other_games_here: int, other_sources: bool) -> tuple[int, str]:
@@ -40,11 +41,14 @@ def auto_collectors(device: torch.device, cores: int, other_games_here: int, oth
     return count, f"collectors_count auto: {count} collector(s) ({rule})"
 
 
-def set_switch_interval(device: torch.device, interval_s: float | None = None) -> str:
-    """Set the interpreter's switch interval for a learner on `device` (CUDA_SWITCH_INTERVAL_S on CUDA, Python's default
-    elsewhere), or to `interval_s`; returns the line for the log."""
-    if interval_s is None:
-        interval_s = CUDA_SWITCH_INTERVAL_S if torch.device(device).type == "cuda" else PYTHON_SWITCH_INTERVAL_S
+def learner_switch_interval(device: torch.device) -> float:
+    """The interpreter switch interval of a learner on `device`: CUDA_SWITCH_INTERVAL_S on CUDA, Python's default elsewhere."""
+    return CUDA_SWITCH_INTERVAL_S if torch.device(device).type == "cuda" else PYTHON_SWITCH_INTERVAL_S
+
+
+def set_switch_interval(device: torch.device) -> str:
+    """Set the learner's interpreter switch interval for `device`; returns the line for the log."""
+    interval_s = learner_switch_interval(device)
     sys.setswitchinterval(interval_s)
     return f"interpreter switch interval {1000 * interval_s:g} ms (Python's default: {1000 * PYTHON_SWITCH_INTERVAL_S:g} ms)"
 
