@@ -7,7 +7,8 @@
 # 2. the default training command on all the machine's cores (collectors_count "auto", the device "auto") for
 #    MINUTES and 12 s (so that the minute-MINUTES weights are kept before the stop), its online weights kept at every
 #    minute (the one setting added to config_files/config.py: bookkeeping, not learning). OUT/run.tar.gz holds the
-#    run's log, its TensorBoard events and its last checkpoint's stats.json (logs/), and save/gpu_box: stats.json, held_out.jsonl and the kept weights, not its buffers;
+#    run's log, its TensorBoard events and its last checkpoint's stats.json (logs/), and save/gpu_box: held_out.jsonl
+#    and the kept weights, not its buffers; over 15 MiB (a 10-minute run) it comes as parts run.tar.gz.00, .01, ...;
 # 3. `benchmark.py learner --device cuda --quick` (graph and eager step, overhead ratios, the step by batch size)
 #    and `benchmark.py absorb --device cuda --quick` (how many collectors' races the learner takes and learns from);
 # 4. unless SKIP_EVALUATION=1: scripts/evaluate_minutes.sh on the kept weights (the held-out curve by minute, the
