@@ -1,9 +1,18 @@
-"""The learner's thread count: the cores the games on this machine leave, plus those of collectors idle in a pause."""
+"""The learner's thread count: the cores the games on this machine leave, plus those of collectors idle in a pause; and
+its interpreter switch interval."""
+
+import sys
 
 import pytest
 import torch
 
-from trackmania_rl.learner.cores import LearnerThreads, auto_collectors
+from trackmania_rl.learner.cores import (
+    CUDA_SWITCH_INTERVAL_S,
+    PYTHON_SWITCH_INTERVAL_S,
+    LearnerThreads,
+    auto_collectors,
+    set_switch_interval,
+)
 
 
 @pytest.fixture
@@ -56,3 +65,16 @@ def test_auto_collectors_take_the_cores_the_learner_does_not_need(device, cores,
     count, why = auto_collectors(torch.device(device), cores, other_games, other_sources)
     assert count == collectors
     assert why.startswith(f"collectors_count auto: {collectors} collector(s) ({cores} cores")
+
+
+def test_a_cuda_learner_shortens_the_interpreter_switch_interval_and_a_cpu_learner_keeps_pythons():
+    before = sys.getswitchinterval()
+    try:
+        line = set_switch_interval(torch.device("cuda"))  # only the device's type is read: no GPU needed
+        assert sys.getswitchinterval() == pytest.approx(CUDA_SWITCH_INTERVAL_S)
+        assert CUDA_SWITCH_INTERVAL_S < PYTHON_SWITCH_INTERVAL_S
+        assert "0.5 ms" in line
+        set_switch_interval(torch.device("cpu"))
+        assert sys.getswitchinterval() == pytest.approx(PYTHON_SWITCH_INTERVAL_S)
+    finally:
+        sys.setswitchinterval(before)
