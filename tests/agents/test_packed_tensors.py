@@ -4,7 +4,7 @@ in one go and the graphed step takes in with one copy."""
 import pytest
 import torch
 
-from trackmania_rl.agents.packed_tensors import ALIGN_BYTES, PackedLayout, copy_to_host_async
+from trackmania_rl.agents.packed_tensors import ALIGN_BYTES, HostCopy, PackedLayout
 
 
 def _fields():
@@ -49,7 +49,7 @@ def test_a_flat_tensor_of_the_wrong_size_or_dtype_is_refused():
 
 def test_a_host_copy_of_cpu_weights_is_a_copy_not_the_weights():
     weights = {"w": torch.randn(4, 3), "b": torch.zeros(3)}
-    copied = copy_to_host_async(weights).wait()
+    copied = HostCopy(weights).wait()
     weights["w"].add_(1.0)
     assert not torch.equal(copied["w"], weights["w"]) and torch.equal(copied["b"], weights["b"])
 
@@ -58,7 +58,7 @@ def test_a_host_copy_of_cpu_weights_is_a_copy_not_the_weights():
 def test_a_host_copy_of_gpu_weights_lands_whole_and_is_not_changed_by_later_steps():
     weights = {"w": torch.randn(64, 33, device="cuda"), "count": torch.tensor(7, device="cuda"), "b": torch.randn(5, device="cuda").half()}
     expected = {k: v.cpu() for k, v in weights.items()}
-    pending = copy_to_host_async(weights)
+    pending = HostCopy(weights)
     weights["w"].mul_(0)  # a later step, queued after the copy
     copied = pending.wait()
     for name, tensor in expected.items():

@@ -5,8 +5,8 @@ makes hands the interpreter lock back and waits to take it again, behind the bat
 thread's ingest. A batch of ~11 tensors moved field by field costs ~11 such calls per copy; packed, one.
 - `PackedLayout.of(tensors)`: where each field lives in the flat tensor (16-byte aligned offsets);
 - `PackedLayout.allocate(device, pin_memory)` -> (flat, views), `views(flat)`, `fill(views, tensors)`;
-- `copy_to_host_async(tensors)` -> `HostCopy`: a GPU state dict into pinned host memory in one copy, without waiting
-  for it (`HostCopy.wait()` gives the tensors; the weights the training thread leaves for the main thread to publish).
+- `HostCopy(tensors)`: a GPU state dict into pinned host memory in one copy, without waiting for it (`wait()` gives
+  the tensors): the weights the training thread leaves for the main thread to publish.
 """
 
 from __future__ import annotations
@@ -99,7 +99,3 @@ class HostCopy:
             self.event.synchronize()
             self.event = None
         return self.tensors
-
-
-def copy_to_host_async(tensors: dict[str, torch.Tensor]) -> HostCopy:
-    return HostCopy(tensors)

@@ -23,7 +23,7 @@ import torch
 from trackmania_rl.agents import schedules
 from trackmania_rl.agents.graphed_step import GraphedTrainStep, choose_cuda_graphs, set_capturable
 from trackmania_rl.agents.iqn import load_state_dict_into, make_network
-from trackmania_rl.agents.packed_tensors import HostCopy, copy_to_host_async
+from trackmania_rl.agents.packed_tensors import HostCopy
 from trackmania_rl.agents.precision import choose_precision
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
 from trackmania_rl.config.loader import ConfigError
@@ -275,7 +275,7 @@ class Learner:
 
     def _leave_weights_to_publish(self) -> None:
         # on a GPU: one copy to pinned host memory that the training thread does not wait for (publish_pending does)
-        copy = copy_to_host_async(self.online.state_dict())
+        copy = HostCopy(self.online.state_dict())
         with self._pending_lock:
             self._pending_weights = copy
 
