@@ -93,7 +93,7 @@ def build_sources(context: SourceContext, collectors_count: int, producers: int 
             from trackmania_rl.rollouts.ray.source import make_ray_source
         except ImportError as e:
             raise _missing_extra("ray", e) from None
-        sources.append(make_ray_source(context))
+        sources.append(make_ray_source(context, local_producers=producers if producers is not None else collectors_count))
     if http_listen(options, cfg) is not None:
         try:
             from trackmania_rl.rollouts.http.source import make_http_source

@@ -2,6 +2,7 @@
 pausing, backpressure, a `get` that never waits beyond its timeout, and the CPU bound on actors."""
 
 import time
+from itertools import islice
 from types import SimpleNamespace
 
 import pytest
@@ -10,6 +11,7 @@ import ray
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.games import float_layout_for
+from trackmania_rl.games.map_cycle import MapCycle
 from trackmania_rl.learner.sources import SourceContext
 from trackmania_rl.rollouts.contract import RolloutShape, validate_envelope
 from trackmania_rl.rollouts.ray.actor import MAX_RACES_IN_FLIGHT
@@ -52,7 +54,9 @@ def test_races_arrive_as_valid_envelopes_paced_and_bounded(ray_head, short_races
     layout = float_layout_for(cfg)
     shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
     logs = []
-    source = RaySource(2, short_races_live, "carracing", logs.append)
+    # the actors as producers 3 and 4 of 5 (a run with 3 local collectors): their shares of the map cycle follow those
+    source = RaySource(2, short_races_live, "carracing", logs.append, first_producer=3, producers=5)
+    shares = {k: [spec.seed for spec in islice(MapCycle(cfg.map_cycle, 3 + k, 5, cfg.seed), 80)] for k in (0, 1)}
     source.publish(1, _weights(cfg, 1))
     source.start()
     try:
@@ -63,6 +67,7 @@ def test_races_arrive_as_valid_envelopes_paced_and_bounded(ray_head, short_races
         while (races < 6 or collectors != {0, 1}) and races < 60 and time.monotonic() < deadline:
             rollout, end_race_stats, meta = validate_envelope(_next_race(source), shape)
             assert meta["source"] == "ray" and "race_finished" in end_race_stats
+            assert meta["seed"] == shares[meta["collector"]][meta["loop_number"] - 1], meta
             collectors.add(meta["collector"])
             versions.update(rollout["policy_version"])
             races += 1

@@ -69,9 +69,22 @@ class PendingRace:
 class RaySource(RolloutSource):
     name = SOURCE_NAME
 
-    def __init__(self, actors_count: int, live, game_backend: str, log, local_cluster=None, owns_connection=False):
+    def __init__(
+        self,
+        actors_count: int,
+        live,
+        game_backend: str,
+        log,
+        local_cluster=None,
+        owns_connection=False,
+        first_producer: int = 0,
+        producers=None,
+    ):
         self.clock = time.perf_counter  # what `get` measures its timeout with (tests give it a clock of their own)
         self.actors_count = actors_count
+        # the actors' places among the run's producers, for their shares of the map cycle (CollectorActor)
+        self.first_producer = first_producer
+        self.producers = actors_count if producers is None else producers
         self.live = live
         self.game_backend = game_backend
         self.log = log
@@ -103,7 +116,7 @@ class RaySource(RolloutSource):
             scheduling_strategy="SPREAD",
         )
         for index in range(self.actors_count):
-            handle = remote.remote(index, self.actors_count, self.game_backend, self.store_name)
+            handle = remote.remote(index, self.actors_count, self.game_backend, self.store_name, self.first_producer, self.producers)
             self.slots.append(ActorSlot(index, handle))
         for slot in self.slots:
             self._ask(slot)
@@ -333,9 +346,10 @@ def _nodes_summary() -> str:
     return f"{len(nodes)} node(s), {cpus:g} CPU(s)"
 
 
-def make_ray_source(context) -> RaySource:
-    """The source for `--ray auto|ADDRESS` and `--ray-actors N` (or ray_address / ray_actors), connected, not started.
-    ConfigError (nothing left running) when the cluster cannot be reached or has fewer CPUs than actors."""
+def make_ray_source(context, local_producers: int = 0) -> RaySource:
+    """The source for `--ray auto|ADDRESS` and `--ray-actors N` (or ray_address / ray_actors), connected, not started;
+    its actors come after the run's `local_producers` local collectors in the map cycle's shares. ConfigError (nothing
+    left running) when the cluster cannot be reached or has fewer CPUs than actors."""
     cfg, options = context.live.current, context.options
     address = options.ray if getattr(options, "ray", None) is not None else cfg.ray_address
     actors = options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
@@ -357,7 +371,8 @@ def make_ray_source(context) -> RaySource:
             raise ConfigError(
                 f"--ray-actors {actors}: the Ray cluster at {address} has {total:g} CPU(s), one per actor: ask for at most {int(total)}"
             )
-        return RaySource(actors, context.live, context.game_backend, context.log, local_cluster, connected_here)
+        producers = local_producers + actors
+        return RaySource(actors, context.live, context.game_backend, context.log, local_cluster, connected_here, local_producers, producers)
     except BaseException as e:
         if connected_here and ray.is_initialized():
             ray.shutdown()
