@@ -64,8 +64,8 @@ class PackedLayout:
 
     @staticmethod
     def fill(views: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor]) -> None:
-        for name, view in views.items():
-            view.copy_(tensors[name])
+        """Copy each named tensor into its view, in one call for all of them."""
+        torch._foreach_copy_(list(views.values()), [tensors[name] for name in views])
 
 
 @dataclass
@@ -88,7 +88,7 @@ class HostCopy:
             return
         layout = PackedLayout.of(tensors)
         device_flat, device_views = layout.allocate(first.device)
-        torch._foreach_copy_(list(device_views.values()), list(tensors.values()))  # one call for every field
+        layout.fill(device_views, tensors)
         host_flat, self.tensors = layout.allocate("cpu", pin_memory=True)
         host_flat.copy_(device_flat, non_blocking=True)
         self.event = torch.cuda.Event()
