@@ -51,7 +51,7 @@ if [ ! -f "$work/started" ]; then
         > "$work/logs/versions.txt" 2>&1
     if [ "${SKIP_TESTS:-0}" != 1 ]; then
         step tests
-        timeout 120 python -m pytest -q -p no:cacheprovider tests/agents/test_graphed_step.py tests/agents/test_packed_tensors.py tests/learner/test_training_thread.py \
+        timeout 120 python -m pytest -q -p no:cacheprovider tests/agents/test_graphed_step.py tests/agents/test_step_results.py tests/agents/test_packed_tensors.py tests/learner/test_training_thread.py \
             > "$work/logs/tests.txt" 2>&1 || {
             echo "TESTS FAILED OR TIMED OUT: $?" >> "$work/logs/tests.txt"
             if [ "${STOP_ON_TEST_FAILURE:-0}" = 1 ]; then

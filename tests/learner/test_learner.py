@@ -98,15 +98,15 @@ def test_broken_rollout_is_refused_and_nothing_is_stored(tmp_path, corrupt, frag
 def _record_weights_after_each_batch(learner) -> list[dict]:
     """The online weights after each learning batch, appended as the learner trains."""
     after_batch = []
-    train_on_tensors = learner.trainer.train_on_tensors
+    launch_on_tensors = learner.trainer.launch_on_tensors
 
     def recording(batch, do_learn):
-        result = train_on_tensors(batch, do_learn=do_learn)
+        result = launch_on_tensors(batch, do_learn=do_learn)
         if do_learn:
             after_batch.append({name: tensor.clone() for name, tensor in learner.online.state_dict().items()})
         return result
 
-    learner.trainer.train_on_tensors = recording
+    learner.trainer.launch_on_tensors = recording
     return after_batch
 
 

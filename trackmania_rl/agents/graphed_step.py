@@ -5,15 +5,18 @@ On a GPU the eager step launches ~235 small kernels while the GPU computes ~1.3 
 `Trainer.train_on_tensors`'s meaning with three graphs over static tensors (the batch is copied into them):
 - learn: forward (target and online networks), loss, backward, gradient-norm clipping, value clipping;
 - optimizer: the RAdam update (`radam_update`: torch's RAdam with decoupled weight decay, written with foreach ops
-  and the learning rate in a device tensor, so that the lr schedule moves without re-capturing);
+  and the learning rate in a device tensor, so that the lr schedule moves without re-capturing), applied only when
+  the learn graph's gradient norm is finite: decided on the GPU (the same skip as the eager step, with no host
+  synchronisation);
 - test: the loss of a hidden-test batch, no gradient.
-The loss and the gradient norm are read together after the learn graph (one synchronisation per step) and the
-optimizer graph replays only when the norm is finite: the same skip as the eager step. A batch packed by the prefetch
-thread (agents/packed_tensors.py) is copied into the static tensors, views of one flat tensor, in one copy. The quantile fractions come with
-the batch (`Trainer.draw_taus`): a graph replays no random draw. Values baked into the graphs (batch size,
-precision, quantiles, kappa, use_ddqn, clipping, betas, eps, weight decay) are checked before every step; a live
-edit of one (or a new batch size) re-captures them, logged. The optimizer's state stays torch's RAdam state (the
-same checkpoints); its step counts live on the GPU while graphs are on (`set_capturable`).
+`launch` replays them and returns at once: the step's [loss, gradient norm, per-sample losses] come back through an
+asynchronous copy to pinned memory (agents/step_results.py), read when the caller needs them, so the CPU prepares the
+next step while the GPU runs this one; `step` is `launch` read at once. A batch packed by the prefetch thread
+(agents/packed_tensors.py) is copied into the static tensors, views of one flat tensor, in one copy. The quantile
+fractions come with the batch (`Trainer.draw_taus`): a graph replays no random draw. Values baked into the graphs
+(batch size, precision, quantiles, kappa, use_ddqn, clipping, betas, eps, weight decay) are checked before every
+step; a live edit of one (or a new batch size) re-captures them, logged. The optimizer's state stays torch's RAdam
+state (the same checkpoints); its step counts live on the GPU while graphs are on (`set_capturable`).
 
 `capture=False` runs the same static-tensor step eagerly: the CPU tests check it against the eager Trainer.
 `choose_cuda_graphs` is `training_cuda_graphs`: "off", "on" (CUDA only) or "auto" (a start-up probe, logged).
@@ -21,7 +24,6 @@ same checkpoints); its step counts live on the GPU while graphs are on (`set_cap
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -32,6 +34,7 @@ import torch
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.packed_tensors import PACKED, PackedLayout
 from trackmania_rl.agents.precision import random_batch
+from trackmania_rl.agents.step_results import ResultSlots, StepResult
 from trackmania_rl.agents.training import Trainer, make_optimizer
 from trackmania_rl.device import wait_for_device
 
@@ -70,10 +73,15 @@ def ensure_radam_state(optimizer: torch.optim.Optimizer) -> None:
 
 
 @torch.no_grad()
-def radam_update(optimizer: torch.optim.Optimizer, lr: torch.Tensor) -> None:
+def radam_update(optimizer: torch.optim.Optimizer, lr: torch.Tensor, apply: torch.Tensor | None = None) -> None:
     """One RAdam step (Liu et al. 2019; torch's RAdam with decoupled_weight_decay=True) over every parameter that
     has a gradient, `lr` a 0-dim tensor on the parameters' device. Every parameter of the optimizer is stepped
-    together (the learner's case), so one step count serves the bias corrections. No host synchronisation."""
+    together (the learner's case), so one step count serves the bias corrections. No host synchronisation.
+    `apply`, a 0-dim bool tensor on that device: when False the step changes nothing (weights, moments, step
+    counts), whatever the gradients hold (a non-finite gradient is not read into the moments)."""
+    if apply is not None:
+        keep = apply.to(lr.dtype)  # 1.0: the step; 0.0: lr, the moments' rates and the count increment all 0
+        lr = lr * keep
     for group in optimizer.param_groups:
         params = [p for p in group["params"] if p.grad is not None]
         if not params:
@@ -83,7 +91,9 @@ def radam_update(optimizer: torch.optim.Optimizer, lr: torch.Tensor) -> None:
         steps = [s["step"] for s in states]
         exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
         grads = [p.grad for p in params]
-        torch._foreach_add_(steps, 1)
+        if apply is not None:
+            grads = [torch.where(apply, g, 0.0) for g in grads]
+        torch._foreach_add_(steps, 1 if apply is None else keep)
         t = steps[0]
         rho_inf = 2 / (1 - beta2) - 1
         bias_correction1 = 1 - torch.pow(beta1, t)
@@ -96,8 +106,14 @@ def radam_update(optimizer: torch.optim.Optimizer, lr: torch.Tensor) -> None:
         plain = torch.where(rectified, 0.0, -lr / bias_correction1)
         if group["weight_decay"] != 0:
             torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
-        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
+        if apply is None:
+            torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+            torch._foreach_mul_(exp_avg_sqs, beta2)
+        else:  # m += (1 - beta1) keep (g - m); v *= 1 - (1 - beta2) keep: unchanged when keep is 0
+            moved = torch._foreach_sub(grads, exp_avgs)
+            torch._foreach_mul_(moved, (1 - beta1) * keep)
+            torch._foreach_add_(exp_avgs, moved)
+            torch._foreach_mul_(exp_avg_sqs, 1 - (1 - beta2) * keep)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
         denominator = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_add_(denominator, group["eps"])
@@ -130,9 +146,10 @@ def baked_values(trainer: Trainer, batch_size: int, inputs: tuple[str, ...]) -> 
 
 
 class GraphedTrainStep:
-    """`step(batch, do_learn)`: Trainer.train_on_tensors's contract (loss, grad norm before clipping, per-sample loss)
-    on static tensors, replayed as CUDA graphs (`capture=True`) or run eagerly on them (`capture=False`). The batch
-    must carry the quantile fractions (`Trainer.draw_taus`) and, for a prioritized buffer, `weight`."""
+    """`launch(batch, do_learn) -> StepResult`: Trainer.launch_on_tensors's contract (loss, grad norm before clipping,
+    per-sample loss, read when needed) on static tensors, replayed as CUDA graphs (`capture=True`) or run eagerly on
+    them (`capture=False`); `step` reads it at once. The batch must carry the quantile fractions
+    (`Trainer.draw_taus`) and, for a prioritized buffer, `weight`."""
 
     def __init__(self, trainer: Trainer, capture: bool = True, log: Callable[[str], None] = print):
         self.trainer = trainer
@@ -142,6 +159,7 @@ class GraphedTrainStep:
         self.baked: tuple | None = None
         self.captures = 0
         self.static: dict[str, torch.Tensor] = {}
+        self.results = ResultSlots()
 
     # -- building --------------------------------------------------------------------------------------
     def _inputs(self, batch: dict) -> tuple[str, ...]:
@@ -159,6 +177,7 @@ class GraphedTrainStep:
     def _build(self, batch: dict, inputs: tuple[str, ...], baked: tuple) -> None:
         trainer = self.trainer
         device = trainer.device
+        self.results.settle()  # the steps launched before this one are read before their graphs go
         # the static inputs are views of one flat tensor: a packed batch of the same layout comes in with one copy
         packed = batch.get(PACKED)
         self.layout = packed.layout if packed is not None else PackedLayout.of({k: batch[k] for k in inputs})
@@ -182,22 +201,22 @@ class GraphedTrainStep:
         for key, tensor in self.static.items():
             tensor.copy_(batch[key], non_blocking=True)
 
-    def _learn(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss and gradient norm in one tensor: read with one synchronisation; per-sample loss)."""
+    def _learn(self) -> torch.Tensor:
+        """The step's flat result (step_results.py): loss, gradient norm, per-sample losses, float32."""
         trainer, cfg = self.trainer, self.trainer.cfg
         loss, per_sample = trainer.compute_loss(self.static)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.clip_grad_norm)
         torch.nn.utils.clip_grad_value_(self.params, cfg.clip_grad_value)
-        return torch.stack([loss.detach().float(), grad_norm.float()]), per_sample
+        return torch.cat([loss.detach().float().view(1), grad_norm.float().view(1), per_sample.float()])
 
-    def _test(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _test(self) -> torch.Tensor:
         with torch.no_grad():
             loss, per_sample = self.trainer.compute_loss(self.static)
-        return loss, per_sample
+        return torch.cat([loss.float().view(1), torch.zeros(1, device=loss.device), per_sample.float()])
 
     def _optimizer_step(self) -> None:
-        radam_update(self.trainer.optimizer, self.lr)
+        radam_update(self.trainer.optimizer, self.lr, apply=torch.isfinite(self.learn_out[1]))
 
     def _capture(self) -> None:
         optimizer = self.trainer.optimizer
@@ -223,6 +242,12 @@ class GraphedTrainStep:
 
     # -- running ---------------------------------------------------------------------------------------
     def step(self, batch: dict, do_learn: bool = True) -> tuple[float, float, torch.Tensor]:
+        return self.launch(batch, do_learn).read()
+
+    def _count_skipped(self) -> None:
+        self.trainer.nonfinite_steps_skipped += 1
+
+    def launch(self, batch: dict, do_learn: bool = True) -> StepResult:
         inputs = self._inputs(batch)
         baked = baked_values(self.trainer, batch["action"].shape[0], inputs)
         if baked != self.baked:
@@ -234,29 +259,21 @@ class GraphedTrainStep:
         if not do_learn:
             if self.graphs is not None:
                 self.graphs["test"].replay()
-                loss, per_sample = self.test_out
             else:
-                loss, per_sample = self._test()
-            return float(loss), 0.0, per_sample.clone()
+                self.test_out = self._test()
+            return self.results.result_of(self.test_out, False, None)
+        lr = float(self.trainer.optimizer.param_groups[0]["lr"])
+        if lr != self.lr_value:
+            self.lr.fill_(lr)
+            self.lr_value = lr
         if self.graphs is not None:
             self.graphs["learn"].replay()
-            loss_and_norm, per_sample = self.learn_out
+            self.graphs["step"].replay()  # no update when the learn graph's gradient norm is not finite
         else:
             self.trainer.optimizer.zero_grad(set_to_none=True)
-            loss_and_norm, per_sample = self._learn()
-        loss, grad_norm = loss_and_norm.tolist()  # the one synchronisation: skip the update on a non-finite gradient
-        if math.isfinite(grad_norm):
-            lr = float(self.trainer.optimizer.param_groups[0]["lr"])
-            if lr != self.lr_value:
-                self.lr.fill_(lr)
-                self.lr_value = lr
-            if self.graphs is not None:
-                self.graphs["step"].replay()
-            else:
-                self._optimizer_step()
-        else:
-            self.trainer.nonfinite_steps_skipped += 1
-        return loss, grad_norm, per_sample.clone()
+            self.learn_out = self._learn()
+            self._optimizer_step()
+        return self.results.result_of(self.learn_out, True, self._count_skipped)
 
 
 _BAKED_NAMES = ("batch size", "inputs", "precision", "quantiles", "use_ddqn", "kappa", "clip_grad_norm", "clip_grad_value", "betas", "eps")

@@ -17,6 +17,8 @@ import math
 import torch
 from torch import nn
 
+from trackmania_rl.agents.step_results import StepResult
+
 TAU_KEYS = ("taus", "next_taus_target", "next_taus_online")  # a batch's quantile fractions: online, target and ddqn
 
 
@@ -130,8 +132,16 @@ class Trainer:
         A non-finite gradient norm (an overflow, a diverging target) skips the optimizer step and counts it in
         `nonfinite_steps_skipped`: one such step would write NaN into every weight and, once published, into
         every collector, losing the run."""
+        return self.launch_on_tensors(batch, do_learn).read()
+
+    def launch_on_tensors(self, batch: dict, do_learn: bool = True) -> StepResult:
+        """`train_on_tensors` whose results are read when needed: a captured step's (`graphed`) come back from the
+        GPU asynchronously (agents/step_results.py), an eager step's are known at once."""
         if self.graphed is not None:
-            return self.graphed.step(batch, do_learn)
+            return self.graphed.launch(batch, do_learn)
+        return StepResult.known(*self._eager_step(batch, do_learn))
+
+    def _eager_step(self, batch: dict, do_learn: bool) -> tuple[float, float, torch.Tensor]:
         self.optimizer.zero_grad(set_to_none=True)
         with torch.set_grad_enabled(do_learn):  # test batches build no graph
             loss, per_sample = self.compute_loss(batch)

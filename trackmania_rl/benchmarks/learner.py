@@ -7,8 +7,10 @@
   per-field Python collate (np.stack per field, the mini-race transform in numpy, torch.as_tensor per
   field); measured alternately with the line above;
 - `learner.sample_speedup` = baseline / ours (target >= 5);
-- `learner.train_step_ms_bare`: one train step (forward, loss, backward, optimizer step) on a ready batch;
-- `learner.train_step_ms_full`: the same step on the next batch of the learner's batch feed (learner/batches.py:
+- `learner.train_step_ms_bare`: one train step (forward, loss, backward, optimizer step) on a ready batch, per step
+  of a run of RUN_STEPS steps launched as the learner launches them (agents/step_results.py: a captured step's
+  results are read one step later, so the GPU has the next step queued);
+- `learner.train_step_ms_full`: the same steps on the next batches of the learner's batch feed (learner/batches.py:
   sample + transform in the step's thread on the CPU; prefetched by its thread, in pinned memory, copied on its own
   stream, on CUDA); alternated with bare;
 - `learner.overhead_ratio` = full / bare (target <= 1.10 on the CPU, <= 1.05 on a GPU);
@@ -49,6 +51,7 @@ from trackmania_rl.agents.exploration import Inferer
 from trackmania_rl.agents.graphed_step import GraphedTrainStep, set_capturable
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.precision import MIN_SPEEDUP
+from trackmania_rl.agents.step_results import StepsInFlight
 from trackmania_rl.agents.training import TAU_KEYS, Trainer, make_optimizer
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.device import choose_device, wait_for_device
@@ -64,6 +67,7 @@ from trackmania_rl.replay.samplers import PrioritizedSampler
 
 BATCH_SIZE = 512
 ROUNDS_PER_INTERVAL = 4  # the switch intervals compared take turns this many times
+RUN_STEPS = 8  # steps timed together, each launched before the one before it is read (as in the learner)
 CPU = torch.device("cpu")
 ROLLOUT_STATES = 400
 
@@ -248,9 +252,8 @@ def batch_size_figures(cfg, layout, n_actions: int, buffer, reps: int, device: t
             sampled = on_device(buffer, cfg, layout, torch.device("cpu"), seed=11, batch_size=batch_size).sample_batch()
             sampled.update(trainer.draw_taus(batch_size, torch.Generator().manual_seed(0)))
             ready = {k: v.to(device) for k, v in sampled.items() if k in STEP_KEYS + TAU_KEYS}
-            for _ in range(3):
-                trainer.train_on_tensors(ready, True)
-            ms = 1000 * statistics.median(_timed(lambda t=trainer, b=ready: t.train_on_tensors(b, True), device) for _ in range(2 * reps))
+            _steps(trainer, lambda b=ready: b, 3)
+            ms = 1000 * statistics.median(_timed_steps(trainer, lambda b=ready: b, device) for _ in range(2 * reps))
             steps[f"{str(dtype).removeprefix('torch.')}_{batch_size}"] = {
                 "ms": round(ms, 3),
                 "transitions_per_s": round(batch_size / ms * 1000),
@@ -259,15 +262,27 @@ def batch_size_figures(cfg, layout, n_actions: int, buffer, reps: int, device: t
     yield {"figure": "learner.graph_step_by_batch", "value": steps, "unit": "ms, transitions/s", "device": device_name(device)}
 
 
+def _steps(trainer: Trainer, next_batch, count: int) -> None:
+    """`count` learning steps on `next_batch()`, launched and read as the learner does (one step left in flight)."""
+    in_flight = StepsInFlight()
+    for _ in range(count):
+        in_flight.add(trainer.launch_on_tensors(next_batch(), True))
+    in_flight.drain()
+
+
+def _timed_steps(trainer: Trainer, next_batch, device: torch.device) -> float:
+    """Seconds per step of a run of RUN_STEPS steps, from an idle device to the last step's end."""
+    return _timed(lambda: _steps(trainer, next_batch, RUN_STEPS), device) / RUN_STEPS
+
+
 def _bare_and_full(trainer: Trainer, feed, reps: int, device: torch.device) -> tuple[list, list]:
-    """Seconds of `reps` steps on one ready batch (bare) and on the feed's next batches (full), alternated."""
+    """Seconds per step of `reps` runs on one ready batch (bare) and on the feed's next batches (full), alternated."""
     ready = feed.next()[1]
-    for _ in range(2):
-        trainer.train_on_tensors(ready, True), trainer.train_on_tensors(feed.next()[1], True)
+    _steps(trainer, lambda: ready, 2), _steps(trainer, lambda: feed.next()[1], 2)
     bare, full = [], []
     for _ in range(reps):
-        bare.append(_timed(lambda: trainer.train_on_tensors(ready, True), device))
-        full.append(_timed(lambda: trainer.train_on_tensors(feed.next()[1], True), device))
+        bare.append(_timed_steps(trainer, lambda: ready, device))
+        full.append(_timed_steps(trainer, lambda: feed.next()[1], device))
     return bare, full
 
 

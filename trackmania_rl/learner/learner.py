@@ -25,6 +25,7 @@ from trackmania_rl.agents.graphed_step import GraphedTrainStep, choose_cuda_grap
 from trackmania_rl.agents.iqn import load_state_dict_into, make_network
 from trackmania_rl.agents.packed_tensors import HostCopy
 from trackmania_rl.agents.precision import choose_precision
+from trackmania_rl.agents.step_results import StepsInFlight
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
 from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.config.values import settings_json
@@ -89,6 +90,7 @@ class Learner:
         if self.cuda_graphs.enabled:
             self.trainer.graphed = GraphedTrainStep(self.trainer, log=log)
         self.batches = make_batch_feed(self.buffer, self.buffer_test, self.trainer, device, self.rng.spawn(1)[0], lambda: self.cfg)
+        self._steps_in_flight = StepsInFlight()  # launched steps whose results are not read yet
         self._pending_weights: HostCopy | None = None  # a copy of the online weights left by train_step, to publish
         self._pending_lock = threading.Lock()
         self._settings_applied: tuple | None = None
@@ -429,29 +431,22 @@ class Learner:
 
     def train_step(self) -> bool:
         """One batch if the replay-ratio credit allows it: a learning step, or now and then (buffer_test_ratio) a
-        hidden-test batch, which uses no credit. False when there was nothing to do. The training thread's work."""
+        hidden-test batch, which uses no credit. False when there was nothing to do. The training thread's work.
+        A captured step's results (loss, gradient norm, per-sample losses for priorities) are read one step later
+        (agents/step_results.py: the GPU has the next step queued meanwhile); all of them when credit runs out."""
         if not self.can_train():
+            self._account_steps(self._steps_in_flight.drain())
             return False
         cfg = self._apply_training_settings()
         start = time.perf_counter()
         is_test, batch = self.batches.next()
-        loss, grad_norm, per_sample = self.trainer.train_on_tensors(batch, do_learn=not is_test)
-        buffer = self.buffer_test if is_test else self.buffer
-        if buffer.prioritized:
-            buffer.update_priority(batch["index"], per_sample.float().cpu(), batch["state_gid"])
+        result = self.trainer.launch_on_tensors(batch, do_learn=not is_test)
+        context = (is_test, self.stats.batches_done + 1, batch.get("index"), batch.get("state_gid"))
+        self._account_steps(self._steps_in_flight.add(result, context))
         if is_test:
-            self.window["loss_test"].append(loss)
             self.stats.test_batches_done += 1
             self.window_time["testing"] += time.perf_counter() - start
             return True
-        if math.isfinite(grad_norm):  # a skipped step's NaN would blank the window's means
-            self.window["loss"].append(loss)
-            self.window["grad_norm"].append(grad_norm)
-        elif self.trainer.nonfinite_steps_skipped == 1:
-            self.log(
-                f"batch {self.stats.batches_done + 1}: non-finite gradient (loss {loss}), optimizer step skipped and "
-                "the weights kept (logged once; see training/nonfinite_steps_skipped)"
-            )
         self.stats.single_memories_used += cfg.batch_size
         self.stats.batches_done += 1
         if self.stats.single_memories_used >= self.stats.next_target_network_update_at:
@@ -464,6 +459,23 @@ class Learner:
         self.window_time["training"] += elapsed
         self.stats.training_seconds += elapsed
         return True
+
+    def _account_steps(self, read: list) -> None:
+        """The results of steps read (StepsInFlight): priorities, the loss window, a skipped step's message."""
+        for (is_test, batch_number, index, state_gid), (loss, grad_norm, per_sample) in read:
+            buffer = self.buffer_test if is_test else self.buffer
+            if buffer.prioritized:
+                buffer.update_priority(index, per_sample.float().cpu(), state_gid)
+            if is_test:
+                self.window["loss_test"].append(loss)
+            elif math.isfinite(grad_norm):  # a skipped step's NaN would blank the window's means
+                self.window["loss"].append(loss)
+                self.window["grad_norm"].append(grad_norm)
+            elif self.trainer.nonfinite_steps_skipped == 1:
+                self.log(
+                    f"batch {batch_number}: non-finite gradient (loss {loss}), optimizer step skipped and "
+                    "the weights kept (logged once; see training/nonfinite_steps_skipped)"
+                )
 
     def training_backlog_batches(self) -> float:
         """Batches the learner owes to its replay ratio (0 until the buffer holds enough to start learning:
