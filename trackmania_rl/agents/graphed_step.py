@@ -93,7 +93,10 @@ def radam_update(optimizer: torch.optim.Optimizer, lr: torch.Tensor, apply: torc
         grads = [p.grad for p in params]
         if apply is not None:
             grads = [torch.where(apply, g, 0.0) for g in grads]
-        torch._foreach_add_(steps, 1 if apply is None else keep)
+        if apply is None:
+            torch._foreach_add_(steps, 1)
+        else:  # a list of tensors: the overload of one tensor reads it on the host, which a graph capture refuses
+            torch._foreach_add_(steps, [keep] * len(steps))
         t = steps[0]
         rho_inf = 2 / (1 - beta2) - 1
         bias_correction1 = 1 - torch.pow(beta1, t)
