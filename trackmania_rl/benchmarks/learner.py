@@ -428,7 +428,8 @@ def run(args):
     for suffix, trainer in steppers.items():
         feed = make_batch_feed(buffer, no_test_batches, trainer, device, np.random.default_rng(8), lambda: cfg)
         try:
-            bare, full = _bare_and_full(trainer, feed, train_reps, device)
+            # a graphed step takes ~2 ms: more runs for a steadier ratio (two quick runs of 4 gave 1.02 and 1.19)
+            bare, full = _bare_and_full(trainer, feed, train_reps if suffix == "" else 5 * train_reps, device)
         finally:
             feed.close()
         bare_ms[suffix] = statistics.median(bare)
