@@ -98,7 +98,7 @@ class Served:
         return out
 
 
-def make_served(tmp_path, settings: str = HTTP_TEST_SETTINGS) -> Served:
+def make_served(tmp_path, settings: str = HTTP_TEST_SETTINGS, first_producer: int = 0) -> Served:
     config_path = write_config(tmp_path, SHORT_RACES + settings)
     live = LiveConfig(config_path, game_backend="carracing", log=lambda m: None)
     cfg = live.current
@@ -106,7 +106,7 @@ def make_served(tmp_path, settings: str = HTTP_TEST_SETTINGS) -> Served:
     shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
     token, _, _ = run_token(tmp_path)
     logs = []
-    source = HttpSource(live, "carracing", layout, shape, token, bind("127.0.0.1", 0), "test_run", logs.append)
+    source = HttpSource(live, "carracing", layout, shape, token, bind("127.0.0.1", 0), "test_run", logs.append, first_producer)
     source.logs = logs
     source.publish(1, make_network(cfg, layout, len(cfg.inputs), "cpu").state_dict())
     source.start()

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import stat
+import threading
 import time
 
 import numpy as np
@@ -216,3 +217,41 @@ def test_loopback_and_exposure_warning():
     assert exposure_warning("127.0.0.1") is None
     warning = exposure_warning("0.0.0.0")
     assert "token" in warning and "TLS" in warning and "0.0.0.0" in warning
+
+
+def _share(http, name: str) -> tuple[str, dict]:
+    status, answer = http.json("POST", "/v1/register", {"name": name, "game": "carracing", "protocol_version": 1})
+    assert status == 200, answer
+    return answer["client_id"], answer["map_cycle_share"]
+
+
+def test_each_client_gets_its_own_map_cycle_share_after_the_runs_other_producers(tmp_path):
+    from tests.rollouts.http.support import make_served
+    from trackmania_rl.rollouts.http.client import RemoteClient
+    from trackmania_rl.rollouts.http.clients import MAX_CLIENTS
+
+    served = make_served(tmp_path, first_producer=3)  # e.g. two local collectors and one Ray actor
+    clients = []
+    try:
+        http = served.client()
+        registered = [_share(http, name) for name in "abc"]
+        assert [share["producer"] for _, share in registered] == [3, 4, 5]
+        assert {share["producers"] for _, share in registered} == {3 + MAX_CLIENTS}
+        # a slot given up (disconnect) goes to the next client to register; the others keep theirs
+        assert http.json("POST", "/v1/disconnect", {"client_id": registered[1][0]})[0] == 200
+        assert _share(http, "d")[1]["producer"] == 4
+        assert _share(http, "e")[1]["producer"] == 6
+        # clients of this project's code play their shares: two of them on different tracks, where both used to
+        # play the same sequence as producer 0 of their own machine's one game
+        for name in ("f", "g"):
+            client = RemoteClient(f"http://127.0.0.1:{served.port}", served.token, name, log=lambda m: None)
+            clients.append(client)
+            client.setup(threading.Event())
+        assert [c.player.cycle.collector_index for c in clients] == [7, 8]
+        assert {c.player.cycle.collectors_count for c in clients} == {3 + MAX_CLIENTS}
+        explo_seeds = [[next(c.player.cycle).seed for _ in range(8)] for c in clients]
+        assert not set(explo_seeds[0]) & set(explo_seeds[1]), explo_seeds
+    finally:
+        for client in clients:
+            client.close()
+        served.source.stop()

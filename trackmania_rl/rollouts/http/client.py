@@ -255,7 +255,10 @@ class RemoteClient:
         self.weights = RemoteWeights(Api(self.url, self.token), network, self, self.log)
         if not self.weights.wait_first(120.0):
             raise RuntimeError("no weights from the server within 120 s")
-        self.player = RacePlayer(cfg, cfg.game_backend, self.weights, self.index, self.games, SOURCE_NAME, self.log)
+        # the server's share of the map cycle (no two clients in step); a server without one: this machine's games'
+        share = answer.get("map_cycle_share") or {"producer": self.index, "producers": self.games}
+        producer, producers = int(share["producer"]), int(share["producers"])
+        self.player = RacePlayer(cfg, cfg.game_backend, self.weights, producer, producers, SOURCE_NAME, self.log)
         self.weights.start()
 
     def wait_while_paused(self, stop: threading.Event) -> None:

@@ -1,7 +1,9 @@
-"""The registered HTTP clients: ids, per-client sequence numbers, and when each was last heard from.
+"""The registered HTTP clients: ids, per-client sequence numbers, map-cycle slots, and when each was last heard from.
 
 Shared by the server's thread (requests) and the learner's (health checks), hence the lock. A client
-silent past its timeout is forgotten: its next request gets 404 and it registers again.
+silent past its timeout is forgotten: its next request gets 404 and it registers again. Each client holds a slot, the
+lowest number in [0, max_clients) no other registered client holds: its share of the run's map cycle (source.py), so
+that no two clients play the same tracks in step.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Client:
     client_id: str
     name: str
     game: str
+    slot: int = 0
     registered_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
     last_seq: int = -1  # the highest sequence number accepted
@@ -41,7 +44,9 @@ class ClientTable:
         with self._lock:
             if len(self._clients) >= self.max_clients:
                 raise TooManyClients(f"{self.max_clients} clients are registered already")
-            client = Client("c-" + secrets.token_hex(8), name, game)
+            taken = {c.slot for c in self._clients.values()}
+            slot = next(i for i in range(self.max_clients) if i not in taken)
+            client = Client("c-" + secrets.token_hex(8), name, game, slot)
             self._clients[client.client_id] = client
             return client
 

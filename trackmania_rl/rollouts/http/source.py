@@ -65,7 +65,7 @@ class HttpSource(RolloutSource):
 
     name = SOURCE_NAME
 
-    def __init__(self, live, game_backend: str, layout, shape: RolloutShape, token: str, sock, run_name: str, log):
+    def __init__(self, live, game_backend: str, layout, shape: RolloutShape, token: str, sock, run_name: str, log, first_producer: int = 0):
         self.live = live
         self.game_backend = game_backend
         self.layout = layout
@@ -77,6 +77,8 @@ class HttpSource(RolloutSource):
         self.fields = wire.race_fields(shape.frame_shape, shape.float_dim, shape.n_actions)
         self.queue: queue.Queue = queue.Queue(maxsize=live.current.http_queue_size)
         self.clients = ClientTable()
+        # a client's map-cycle share: producer first_producer + its slot, after the run's collectors and Ray actors
+        self.first_producer = first_producer
         self._lock = threading.Lock()  # counters and the published weights, shared with the server's thread
         self._policy: tuple[int, bytes | None] = (0, None)
         self._frames_played = 0
@@ -222,6 +224,7 @@ class HttpSource(RolloutSource):
             "settings": config_to_values(cfg),
             "inputs": {"inputs": [dict(a) for a in cfg.inputs], **cfg.input_settings},
             "status": self.status(),
+            "map_cycle_share": {"producer": self.first_producer + client.slot, "producers": self.first_producer + self.clients.max_clients},
         }
 
     def policy_body(self, have: int) -> tuple[int, bytes | None]:
@@ -343,10 +346,10 @@ def exposure_warning(host: str) -> str | None:
     )
 
 
-def make_http_source(context, listen: str) -> HttpSource:
+def make_http_source(context, listen: str, first_producer: int = 0) -> HttpSource:
     """The run's HTTP source: its token (created, kept or replaced), its socket bound to exactly `listen`
     (HOST:PORT, the address the learner resolved from --listen or http_listen). ConfigError for an address that
-    cannot be served."""
+    cannot be served. Its clients' map-cycle shares come after the run's `first_producer` other producers."""
     cfg = context.live.current
     try:
         host, port = parse_listen(listen)
@@ -374,4 +377,5 @@ def make_http_source(context, listen: str) -> HttpSource:
     context.log(f"HTTP endpoint for game clients: http://{listen.rsplit(':', 1)[0]}:{sock.getsockname()[1]}/v1 (API v{API_VERSION})")
     n_actions = len(cfg.inputs)
     shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), context.layout.dim, n_actions)
-    return HttpSource(context.live, context.game_backend, context.layout, shape, token, sock, context.run_dir.name, context.log)
+    name = context.run_dir.name
+    return HttpSource(context.live, context.game_backend, context.layout, shape, token, sock, name, context.log, first_producer)
