@@ -16,7 +16,8 @@
 - `learner.overhead_ratio` = full / bare (target <= 1.10 on the CPU, <= 1.05 on a GPU);
 - on CUDA, the same three for the step as captured CUDA graphs (`…_graph`) (all at the learner's interpreter switch
   interval, learner/cores.py), `learner.overhead_ratio_graph_by_switch_interval` (the graphed step's ratio at each
-  candidate interval, taking turns), and `learner.cuda_graph_speedup` =
+  candidate interval, taking turns), `learner.overhead_ratio_graph_by_steps_in_flight` (the same at 0, 1 and 2
+  steps left unread after a launch; 0 is each step read at once), and `learner.cuda_graph_speedup` =
   bare eager / bare graph (target >= 1.5), and `learner.graph_step_by_batch`: the graphed step's ms and transitions/s
   at batch 128 to 2048 in float32 and bfloat16;
 - `learner.bytes_per_transition`: replay memory held per transition at capacity (preallocated tensors:
@@ -51,7 +52,7 @@ from trackmania_rl.agents.exploration import Inferer
 from trackmania_rl.agents.graphed_step import GraphedTrainStep, set_capturable
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.precision import MIN_SPEEDUP
-from trackmania_rl.agents.step_results import StepsInFlight
+from trackmania_rl.agents.step_results import STEPS_LEFT_IN_FLIGHT, StepsInFlight
 from trackmania_rl.agents.training import TAU_KEYS, Trainer, make_optimizer
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.device import choose_device, wait_for_device
@@ -66,7 +67,8 @@ from trackmania_rl.replay.mini_race import MiniRaceTransform, draw_mini_race_clo
 from trackmania_rl.replay.samplers import PrioritizedSampler
 
 BATCH_SIZE = 512
-ROUNDS_PER_INTERVAL = 4  # the switch intervals compared take turns this many times
+ROUNDS_PER_CANDIDATE = 4  # the switch intervals (or depths) compared take turns this many times
+STEPS_IN_FLIGHT_CANDIDATES = (0, 1, 2)
 RUN_STEPS = 8  # steps timed together, each launched before the one before it is read (as in the learner)
 CPU = torch.device("cpu")
 ROLLOUT_STATES = 400
@@ -262,60 +264,76 @@ def batch_size_figures(cfg, layout, n_actions: int, buffer, reps: int, device: t
     yield {"figure": "learner.graph_step_by_batch", "value": steps, "unit": "ms, transitions/s", "device": device_name(device)}
 
 
-def _steps(trainer: Trainer, next_batch, count: int) -> None:
-    """`count` learning steps on `next_batch()`, launched and read as the learner does (one step left in flight)."""
-    in_flight = StepsInFlight()
+def _steps(trainer: Trainer, next_batch, count: int, depth: int = STEPS_LEFT_IN_FLIGHT) -> None:
+    """`count` learning steps on `next_batch()`, launched and read as the learner does (`depth` steps left unread
+    after each launch; 0: each step read at once)."""
+    in_flight = StepsInFlight(depth)
     for _ in range(count):
         in_flight.add(trainer.launch_on_tensors(next_batch(), True))
     in_flight.drain()
 
 
-def _timed_steps(trainer: Trainer, next_batch, device: torch.device) -> float:
+def _timed_steps(trainer: Trainer, next_batch, device: torch.device, depth: int = STEPS_LEFT_IN_FLIGHT) -> float:
     """Seconds per step of a run of RUN_STEPS steps, from an idle device to the last step's end."""
-    return _timed(lambda: _steps(trainer, next_batch, RUN_STEPS), device) / RUN_STEPS
+    return _timed(lambda: _steps(trainer, next_batch, RUN_STEPS, depth), device) / RUN_STEPS
 
 
-def _bare_and_full(trainer: Trainer, feed, reps: int, device: torch.device) -> tuple[list, list]:
+def _bare_and_full(trainer: Trainer, feed, reps: int, device: torch.device, depth: int = STEPS_LEFT_IN_FLIGHT) -> tuple[list, list]:
     """Seconds per step of `reps` runs on one ready batch (bare) and on the feed's next batches (full), alternated."""
     ready = feed.next()[1]
-    _steps(trainer, lambda: ready, 2), _steps(trainer, lambda: feed.next()[1], 2)
+    _steps(trainer, lambda: ready, 2, depth), _steps(trainer, lambda: feed.next()[1], 2, depth)
     bare, full = [], []
     for _ in range(reps):
-        bare.append(_timed_steps(trainer, lambda: ready, device))
-        full.append(_timed_steps(trainer, lambda: feed.next()[1], device))
+        bare.append(_timed_steps(trainer, lambda: ready, device, depth))
+        full.append(_timed_steps(trainer, lambda: feed.next()[1], device, depth))
     return bare, full
 
 
-def switch_interval_figure(trainer: Trainer, buffer, no_test_batches, cfg, device: torch.device, reps: int) -> dict:
-    """The graphed step's overhead ratio at each candidate interpreter switch interval (learner/cores.py), the
-    intervals taking turns over rounds: the measurement behind CUDA_SWITCH_INTERVAL_S."""
-    times = {interval: ([], []) for interval in SWITCH_INTERVAL_CANDIDATES_S}
+def overhead_by(trainer: Trainer, buffer, no_test_batches, cfg, device: torch.device, reps: int, candidates: dict) -> dict:
+    """The graphed step's bare and full times and overhead ratio for each candidate {label: (interpreter switch
+    interval, steps left in flight)}, the candidates taking turns over ROUNDS_PER_CANDIDATE rounds."""
+    times = {label: ([], []) for label in candidates}
     feed = make_batch_feed(buffer, no_test_batches, trainer, device, np.random.default_rng(10), lambda: cfg)
     try:
-        for _ in range(ROUNDS_PER_INTERVAL):
-            for interval in SWITCH_INTERVAL_CANDIDATES_S:
+        for _ in range(ROUNDS_PER_CANDIDATE):
+            for label, (interval, depth) in candidates.items():
                 sys.setswitchinterval(interval)
-                bare, full = _bare_and_full(trainer, feed, max(1, reps // ROUNDS_PER_INTERVAL), device)
-                times[interval][0].extend(bare)
-                times[interval][1].extend(full)
+                bare, full = _bare_and_full(trainer, feed, max(1, reps // ROUNDS_PER_CANDIDATE), device, depth)
+                times[label][0].extend(bare)
+                times[label][1].extend(full)
     finally:
         feed.close()
         set_switch_interval(device)
-    value = {
-        f"{1000 * interval:g}": {
-            "overhead_ratio": round(statistics.median(full) / statistics.median(bare), 3),
-            "bare_ms": _ms(bare),
-            "full_ms": _ms(full),
-        }
-        for interval, (bare, full) in times.items()
-    }
     return {
+        label: {"overhead_ratio": round(statistics.median(full) / statistics.median(bare), 3), "bare_ms": _ms(bare), "full_ms": _ms(full)}
+        for label, (bare, full) in times.items()
+    }
+
+
+def candidate_figures(trainer: Trainer, buffer, no_test_batches, cfg, device: torch.device, reps: int):
+    """The graphed step's overhead ratio at each candidate interpreter switch interval (learner/cores.py: the
+    measurement behind CUDA_SWITCH_INTERVAL_S), then at 0, 1 and 2 steps left in flight at the learner's interval
+    (agents/step_results.py: 0 is each step read at once, before 1765f02; the measurement behind
+    STEPS_LEFT_IN_FLIGHT)."""
+    common = {"batch_size": BATCH_SIZE, "device": device_name(device)}
+    learners = learner_switch_interval(device)
+    intervals = {f"{1000 * i:g}": (i, STEPS_LEFT_IN_FLIGHT) for i in SWITCH_INTERVAL_CANDIDATES_S}
+    yield {
         "figure": "learner.overhead_ratio_graph_by_switch_interval",
-        "value": value,
+        "value": overhead_by(trainer, buffer, no_test_batches, cfg, device, reps, intervals),
         "unit": "switch interval ms: x, ms",
-        "learner_switch_interval_ms": 1000 * learner_switch_interval(device),
-        "batch_size": BATCH_SIZE,
-        "device": device_name(device),
+        "learner_switch_interval_ms": 1000 * learners,
+        "steps_in_flight": STEPS_LEFT_IN_FLIGHT,
+        **common,
+    }
+    depths = {str(depth): (learners, depth) for depth in STEPS_IN_FLIGHT_CANDIDATES}
+    yield {
+        "figure": "learner.overhead_ratio_graph_by_steps_in_flight",
+        "value": overhead_by(trainer, buffer, no_test_batches, cfg, device, reps, depths),
+        "unit": "steps left in flight: x, ms",
+        "learner_steps_in_flight": STEPS_LEFT_IN_FLIGHT,
+        "switch_interval_ms": 1000 * learners,
+        **common,
     }
 
 
@@ -445,7 +463,7 @@ def run(args):
             **interval_ms,
         }
     if "_graph" in steppers:
-        yield switch_interval_figure(steppers["_graph"], buffer, no_test_batches, cfg, device, 20 if quick else 60)
+        yield from candidate_figures(steppers["_graph"], buffer, no_test_batches, cfg, device, 20 if quick else 60)
     if "_graph" in bare_ms:
         speedup = bare_ms[""] / bare_ms["_graph"]
         yield {"figure": "learner.cuda_graph_speedup", "value": round(speedup, 3), "unit": "x", "target": ">= 1.5", **step_common}
