@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from trackmania_rl.games.base import ROAD_TILES_TOUCHED, ROLLOUT_ACTION_KEYS, ROLLOUT_STATE_KEYS
+from trackmania_rl.rollouts.packed_race import StepArray
 
 # per state: uint8 frame (1, H, W), float32 inputs (D,), and the progress the rewards are computed from;
 # per action: the decision and what the policy saw (both from the game), and the policy version (from the source)
@@ -152,7 +153,8 @@ def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_action
     q_stacked = np.zeros((0, n_actions), np.float32)
     if q_values:
         try:
-            q_stacked = np.stack(q_values).astype(np.float32, copy=False)
+            rows = _rows(q_values)
+            q_stacked = (np.stack(q_values) if rows is None else rows).astype(np.float32, copy=False)
         except (TypeError, ValueError):
             q_stacked = None
         if q_stacked is None or q_stacked.shape[1:] != (n_actions,) or not np.all(np.isfinite(q_stacked)):
@@ -166,9 +168,19 @@ def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_action
 _DTYPE_AND_SHAPE = operator.attrgetter("dtype", "shape")
 
 
+def _rows(steps) -> np.ndarray | None:
+    """The array a StepArray of numpy arrays keeps (its items are its rows: packed_race.py), else None."""
+    if isinstance(steps, StepArray) and steps.stacked.ndim >= 2 and len(steps.stacked) == len(steps):
+        return steps.stacked
+    return None
+
+
 def _array_kinds(steps) -> set | None:
     """{(dtype, shape)} of a list of numpy arrays (the common, all-alike case checked in one go, in C); None when one
     is not an array."""
+    rows = _rows(steps)
+    if rows is not None:
+        return {(rows.dtype, rows.shape[1:])}
     if set(map(type, steps)) - {np.ndarray}:
         return None
     return set(map(_DTYPE_AND_SHAPE, steps))
@@ -176,6 +188,9 @@ def _array_kinds(steps) -> set | None:
 
 def _stack(steps: list, shape: tuple) -> np.ndarray:
     """np.stack of arrays of one `shape` (checked), as one concatenation: twice as fast on a race's frames."""
+    rows = _rows(steps)
+    if rows is not None and rows.shape[1:] == tuple(shape):
+        return rows
     return np.concatenate(steps).reshape(len(steps), *shape) if steps else np.zeros((0, *shape))
 
 

@@ -22,6 +22,7 @@ import torch
 
 from trackmania_rl.agents.acting import use_acting_torch_settings
 from trackmania_rl.config.live import LiveConfig, last_good_path_for
+from trackmania_rl.rollouts.packed_race import pack_race
 from trackmania_rl.rollouts.race import RacePlayer, producer_seed
 
 SOURCE_NAME = "local"  # meta["source"] of every race a collector process plays
@@ -106,10 +107,12 @@ def collector_main(
             if envelope is None:  # the game crashed: logged, the race dropped
                 continue
             envelope.meta["put_time"] = time.time()
+            rollout_results, end_race_stats, meta = envelope
+            item = (pack_race(rollout_results), end_race_stats, meta)  # the learner unpickles arrays, not items
             # A bounded queue: wait for the learner, but keep showing signs of life and honour stop requests.
             while True:
                 try:
-                    rollout_queue.put(tuple(envelope), timeout=0.5)
+                    rollout_queue.put(item, timeout=0.5)
                     break
                 except queue.Full:
                     beat()

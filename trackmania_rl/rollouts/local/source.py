@@ -11,6 +11,7 @@ from collections.abc import Callable
 from trackmania_rl.rollouts.local.collector import SOURCE_NAME
 from trackmania_rl.rollouts.local.pool import CollectorPool
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
+from trackmania_rl.rollouts.packed_race import unpack_race
 from trackmania_rl.rollouts.source import RolloutSource, SourceHealth
 
 
@@ -44,8 +45,8 @@ class LocalCollectorSource(RolloutSource):
         got = self.pool.get_rollout(timeout_s)
         if got is None:
             return None
-        _, envelope = got
-        return envelope
+        _, (rollout_results, end_race_stats, meta) = got
+        return unpack_race(rollout_results), end_race_stats, meta
 
     def publish(self, version: int, weights: dict) -> None:
         self.shared_network.publish(version, weights)
