@@ -8,13 +8,13 @@ from multiprocessing.reduction import ForkingPickler
 import numpy as np
 import pytest
 
-from tests.helpers import SHORT_RACES, write_config
+from tests.helpers import SHORT_RACES, layout_for, make_rollout, tiny_config, write_config
 from trackmania_rl.benchmarks.recorded_races import record_races
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.replay.experience import rollout_to_experience
-from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, validated_race
-from trackmania_rl.rollouts.packed_race import PackedSteps, StepArray, pack_race, unpack_race
+from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, validate_envelope, validated_race
+from trackmania_rl.rollouts.packed_race import PackedSteps, StepArray, pack_race, packed_nbytes, unpack_race
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +112,29 @@ def test_a_step_array_whose_length_was_edited_gives_its_items():
     assert np.asarray(steps, dtype=np.float64).tolist() == [1.0, 2.0, 3.0]
     steps.append(4)
     assert np.asarray(steps).tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_a_made_race_round_trips_its_rows_as_views_and_validates(finished):
+    cfg = tiny_config()
+    layout = layout_for(cfg)
+    rollout = make_rollout(cfg, layout, 7, finished, first_marker=40)
+    rollout["policy_version"] = [3, 3, 4, 4, 4, 5, 5][: len(rollout["actions"])]
+    packed = pack_race(rollout)
+    frames = packed["frames"].array
+    assert frames.dtype == np.uint8 and frames.shape == (7, 1, cfg.H_downsized, cfg.W_downsized) and frames.flags.c_contiguous
+    assert packed_nbytes(packed) >= frames.nbytes + packed["state_float"].array.nbytes
+    back = unpack_race(packed)
+    assert back["frames"][3].base is frames  # rows are views of the one array, not copies
+    shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
+    validate_envelope((back, {"race_finished": finished}, {"source": "ray"}), shape)
+    for key in ("actions", "policy_version", "current_zone_idx", "action_was_greedy"):
+        assert back[key] == list(rollout[key]), key
+    assert back["furthest_zone_idx"] == rollout["furthest_zone_idx"] and ("race_time" in back) == finished
+
+
+def test_a_race_without_actions_keeps_empty_lists():
+    cfg = tiny_config()
+    rollout = make_rollout(cfg, layout_for(cfg), 1, True, race_time=10)
+    back = unpack_race(pack_race(rollout))
+    assert back["actions"] == [] and back["q_values"] == [] and len(back["frames"]) == 1

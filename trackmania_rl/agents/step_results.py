@@ -27,7 +27,9 @@ class StepResult:
     `on_nonfinite` is called at the first read of a learning step whose gradient norm is not finite (its update
     was skipped on the device)."""
 
-    def __init__(self, host: torch.Tensor, event: torch.cuda.Event | None, do_learn: bool, on_nonfinite: Callable[[], None] | None = None):
+    def __init__(
+        self, host: torch.Tensor | None, event: torch.cuda.Event | None, do_learn: bool, on_nonfinite: Callable[[], None] | None = None
+    ):
         self._host = host
         self._event = event
         self._do_learn = do_learn
@@ -36,7 +38,7 @@ class StepResult:
 
     @classmethod
     def known(cls, loss: float, grad_norm: float, per_sample: torch.Tensor) -> StepResult:
-        result = cls(torch.empty(0), None, True)
+        result = cls(None, None, True)
         result._values = (loss, grad_norm, per_sample)
         return result
 

@@ -1,4 +1,5 @@
-"""A race's per-step lists packed into arrays for the queue from a local collector to the learner (DESIGN §2).
+"""A race's per-step lists packed into arrays for its way to the learner: a local collector's queue, a Ray actor's
+object-store put (DESIGN §2, §7).
 
 Taking a race is the learner main thread's work, and a GPU box brings ~2,200 actions/s of it. Unpickling a race
 whose per-step lists hold 176 frames and ~700 numpy scalars, each rebuilt one by one, was the largest part of it (39 %
@@ -6,7 +7,8 @@ of an ingest, 0.67 ms a race on 2 cores) and one long hold of the interpreter lo
 stacks each per-step list whose items are alike into one array; `unpack_race` (in the learner) turns it back into the
 contract's per-step list, a `StepArray`: a plain list of the same items (views of the array, or the same Python or
 numpy scalars) that also keeps the array, so that `np.asarray` of it and the validator's stacking take the array
-instead of going through the items again. Lists whose items are not alike travel as they are.
+instead of going through the items again. Lists whose items are not alike travel as they are. Through Ray the
+arrays travel without their bytes being pickled and come back as read-only views of the node's shared memory.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ def pack_race(rollout_results: dict) -> dict:
         steps = _packed(value) if isinstance(value, list) and value else None
         packed[key] = value if steps is None else steps
     return packed
+
+
+def packed_nbytes(rollout_results: dict) -> int:
+    """The bytes of a packed race's arrays."""
+    return sum(value.array.nbytes for value in rollout_results.values() if isinstance(value, PackedSteps))
 
 
 def unpack_race(rollout_results: dict) -> dict:

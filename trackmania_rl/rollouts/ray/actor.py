@@ -5,9 +5,10 @@ processes deciding in one batched inference, measured slower than K actors: docs
 `RacePlayer` (rollouts/race.py), as in a local collector process; its weights come from the policy store
 (`StoreWeights`: the store's version is polled by a background thread, the weights object is `ray.get` only when
 newer, and read as views of the node's one copy). A finished race goes to the sender thread, which puts it in
-the object store as contiguous numpy arrays (race_arrays.py). At most `MAX_RACES_IN_FLIGHT` races are put and
-not yet acknowledged by the learner; when the slots are full the sender waits, and the game waits for the
-sender: nothing grows without bound (backpressure). While the store says paused, the game starts no new race.
+the object store with its per-step lists packed into contiguous numpy arrays (rollouts/packed_race.py). At most
+`MAX_RACES_IN_FLIGHT` races are put and not yet acknowledged by the learner; when the slots are full the sender
+waits, and the game waits for the sender: nothing grows without bound (backpressure). While the store says paused,
+the game starts no new race.
 
 The learner asks for finished races with `handoff` (which waits a little for one) and acknowledges what it
 took with `acknowledge`. Every (re)start of the actor is a new `incarnation`: a restarted actor starts from
@@ -32,8 +33,8 @@ import torch
 
 from trackmania_rl.agents.acting import use_acting_torch_settings
 from trackmania_rl.config.values import config_from_values
+from trackmania_rl.rollouts.packed_race import pack_race
 from trackmania_rl.rollouts.race import RacePlayer, producer_seed
-from trackmania_rl.rollouts.ray import race_arrays
 
 SOURCE_NAME = "ray"  # meta["source"] of every race an actor plays
 MAX_RACES_IN_FLIGHT = 2  # per actor: put in the object store and not yet taken by the learner
@@ -254,7 +255,8 @@ class CollectorActor:
                     self.slots.wait(0.5)
             start = time.perf_counter()
             envelope.meta["put_time"] = time.time()
-            ref = ray.put(race_arrays.to_arrays(envelope))
+            rollout_results, end_race_stats, meta = envelope
+            ref = ray.put((pack_race(rollout_results), end_race_stats, meta))
             self.timings.add("send_ms", 1000 * (time.perf_counter() - start))
             with self.slots:
                 self.outbox.append(ref)

@@ -29,7 +29,8 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError, Ray
 from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.config.values import config_to_values
 from trackmania_rl.rollouts.contract import POLICY_VERSION
-from trackmania_rl.rollouts.ray import cluster, race_arrays
+from trackmania_rl.rollouts.packed_race import packed_nbytes, unpack_race
+from trackmania_rl.rollouts.ray import cluster
 from trackmania_rl.rollouts.ray.actor import ACTOR_CONCURRENCY, HANDOFF_WAIT_S, SOURCE_NAME, CollectorActor
 from trackmania_rl.rollouts.ray.policy_store import start_policy_store
 from trackmania_rl.rollouts.source import RolloutSource, SourceHealth
@@ -191,15 +192,15 @@ class RaySource(RolloutSource):
             if race.incarnation == slot.incarnation:
                 slot.taken += 1
                 slot.handle.acknowledge.remote(slot.taken)  # frees its slot; no answer awaited
-        envelope = race_arrays.to_envelope(message)
+        packed, end_race_stats, meta = message
+        envelope = (unpack_race(packed), end_race_stats, meta)
         self._window["ingest_ms"].append(1000 * (time.perf_counter() - start))
-        meta = envelope[2]
         meta["collector"] = slot.index
         self._window["delivery_s"].append(max(0.0, time.time() - meta.get("put_time", time.time())))
         versions = envelope[0][POLICY_VERSION]
         if versions:
             self._window["policy_lag"].append(self.version - min(versions))
-        self._window["race_mb"].append(race_arrays.nbytes(message) / MB)
+        self._window["race_mb"].append(packed_nbytes(packed) / MB)
         slot.races += 1
         return envelope
 
