@@ -91,11 +91,10 @@ def radam_update(optimizer: torch.optim.Optimizer, lr: torch.Tensor, apply: torc
         steps = [s["step"] for s in states]
         exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
         grads = [p.grad for p in params]
-        if apply is not None:
-            grads = [torch.where(apply, g, 0.0) for g in grads]
         if apply is None:
             torch._foreach_add_(steps, 1)
-        else:  # a list of tensors: the overload of one tensor reads it on the host, which a graph capture refuses
+        else:  # no non-finite value reaches the moments; the flag as a list (the one-tensor overload reads it on the host)
+            grads = [torch.where(apply, g, 0.0) for g in grads]
             torch._foreach_add_(steps, [keep] * len(steps))
         t = steps[0]
         rho_inf = 2 / (1 - beta2) - 1

@@ -313,8 +313,8 @@ def overhead_by(trainer: Trainer, buffer, no_test_batches, cfg, device: torch.de
 def candidate_figures(trainer: Trainer, buffer, no_test_batches, cfg, device: torch.device, reps: int):
     """The graphed step's overhead ratio at each candidate interpreter switch interval (learner/cores.py: the
     measurement behind CUDA_SWITCH_INTERVAL_S), then at 0, 1 and 2 steps left in flight at the learner's interval
-    (agents/step_results.py: 0 is each step read at once, before 1765f02; the measurement behind
-    STEPS_LEFT_IN_FLIGHT)."""
+    (agents/step_results.py: 0 is each step read at once, one synchronisation a step as before 1765f02, though
+    after the optimizer graph instead of between the two graphs; the measurement behind STEPS_LEFT_IN_FLIGHT)."""
     common = {"batch_size": BATCH_SIZE, "device": device_name(device)}
     learners = learner_switch_interval(device)
     intervals = {f"{1000 * i:g}": (i, STEPS_LEFT_IN_FLIGHT) for i in SWITCH_INTERVAL_CANDIDATES_S}
