@@ -92,6 +92,8 @@ def test_a_packed_race_that_breaks_the_contract_is_refused(real_race):
         [2**70, 1],  # beyond int64
         ["a", "b"],  # not numbers
         [None, None],
+        [np.array(1.0), np.array(2.0)],  # 0-d arrays
+        [np.array([None]), np.array([None])],  # object arrays
     ],
 )
 def test_lists_whose_items_are_not_alike_travel_as_they_are(values):

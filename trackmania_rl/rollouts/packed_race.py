@@ -53,6 +53,8 @@ def _packed(values: list) -> PackedSteps | None:
     if any(type(v) is not kind for v in values):
         return None
     if kind is np.ndarray:
+        if first.ndim == 0 or first.dtype == object:  # 0-d arrays would come back as scalars; objects stay objects
+            return None
         if any(v.shape != first.shape or v.dtype != first.dtype for v in values):
             return None
         return PackedSteps(np.stack(values), "arrays")
