@@ -2,8 +2,9 @@
 object-store put (DESIGN §2, §7).
 
 Taking a race is the learner main thread's work, and a GPU box brings ~2,200 actions/s of it. Unpickling a race
-whose per-step lists hold 176 frames and ~700 numpy scalars, each rebuilt one by one, was the largest part of it (39 %
-of an ingest, 0.67 ms a race on 2 cores) and one long hold of the interpreter lock. `pack_race` (in the collector)
+whose per-step lists hold ~700 small arrays (176 frames, their floats, q-values...), each rebuilt one by one, was the
+largest part of it (39 % of an ingest, 0.67 ms a race on 2 cores) and one long hold of the interpreter lock; packed,
+taking and storing a race costs half as much (docs/performance.md). `pack_race` (in the collector)
 stacks each per-step list whose items are alike into one array; `unpack_race` (in the learner) turns it back into the
 contract's per-step list, a `StepArray`: a plain list of the same items (views of the array, or the same Python or
 numpy scalars) that also keeps the array, so that `np.asarray` of it and the validator's stacking take the array
