@@ -88,20 +88,21 @@ def build_sources(context: SourceContext, collectors_count: int, producers: int 
     if collectors_count > 0:
         sources.append(local_source(context, collectors_count, 0, producers))
     cfg, options = context.live.current, context.options
-    local_producers = producers if producers is not None else collectors_count
+    producers_so_far = producers if producers is not None else collectors_count  # the map cycle's shares taken
     if ray_address(options, cfg) is not None:
         try:
             from trackmania_rl.rollouts.ray.source import make_ray_source
         except ImportError as e:
             raise _missing_extra("ray", e) from None
-        sources.append(make_ray_source(context, local_producers=local_producers))
+        ray_source = make_ray_source(context, local_producers=producers_so_far)
+        sources.append(ray_source)
+        producers_so_far = ray_source.producers  # the local collectors and the actors
     if http_listen(options, cfg) is not None:
         try:
             from trackmania_rl.rollouts.http.source import make_http_source
         except ImportError as e:
             raise _missing_extra("http", e) from None
-        remote_producers = sum(getattr(source, "actors_count", 0) for source in sources)  # Ray actors
-        sources.append(make_http_source(context, http_listen(options, cfg), first_producer=local_producers + remote_producers))
+        sources.append(make_http_source(context, http_listen(options, cfg), first_producer=producers_so_far))
     if not sources:
         raise ConfigError("no rollout source: collectors_count is 0 and neither ray_address (--ray) nor http_listen (--listen) is set")
     return sources[0] if len(sources) == 1 else CombinedSources(sources)

@@ -147,12 +147,10 @@ class _TimedPolicy:
 
 
 class CollectorActor:
-    def __init__(
-        self, index: int, actors_count: int, game_backend: str, store_name: str, first_producer: int = 0, producers: int | None = None
-    ):
+    def __init__(self, index: int, actors_count: int, game_backend: str, store_name: str, first_producer: int, producers: int):
         """Actor `index` of `actors_count`; in the run's map cycle, producer `first_producer + index` of `producers`
-        (default: the actors alone), so that the run's local collectors (producers 0...) and its actors play
-        different shares of the tracks."""
+        (RaySource's), so that the run's local collectors (producers 0...) and its actors play different shares of
+        the tracks."""
         use_acting_torch_settings()  # one torch thread, the collector's acting settings
         self.index = index
         self.incarnation = uuid.uuid4().hex[:12]
@@ -179,7 +177,6 @@ class CollectorActor:
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
-        producers = actors_count if producers is None else producers
         self.player = RacePlayer(self.cfg, game_backend, self.weights, first_producer + index, producers, SOURCE_NAME, self._log)
         self.player.policy = _TimedPolicy(self.player.policy, self.timings)
         self.threads = [threading.Thread(target=target, daemon=True) for target in (self._poll_store, self._send, self._play)]
