@@ -2,6 +2,8 @@
 model by their mean, the log line per evaluation, weights kept at given minutes. Real CarRacing races, short."""
 
 import json
+import os
+import signal
 
 import pytest
 import torch
@@ -37,7 +39,7 @@ def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
         assert not held_out.due(learner)  # the next one a period later
         assert first["seeds"] == [100, 101] and first["races"] == 2
         # its races end by the training rules (the config's cut-offs), and every record says so
-        assert first["rules"] == "training" and held_out.game.rules == "training"
+        assert first["rules"] == "training"
         assert "by the training rules" in next(m for m in messages if "held-out evaluation at minute" in m)
         assert 0.0 <= first["mean_tile_coverage"] <= 1.0 and first["std_native_score"] >= 0.0
         best = tmp_path / "run" / BEST
@@ -67,6 +69,53 @@ def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
         assert json.loads((best / BEST_JSON).read_text())["previous_score"] == second["mean_native_score"] - 1.0
         assert any("best model so far" in m for m in messages)
         assert sum("held-out evaluation at minute" in m for m in messages) == 3
+    finally:
+        held_out.close()
+
+
+def test_training_goes_on_while_the_races_play_and_the_snapshot_is_what_is_recorded(tmp_path):
+    learner, messages = _learner(tmp_path)
+    held_out = HeldOutEvaluation(tmp_path / "run", "carracing", messages.append)
+    try:
+        learner.wall_seconds_at_start = 61.0
+        learner.stats.frames_played, learner.stats.batches_done = 5_000, 300
+        snapshot = {k: v.clone() for k, v in learner.online.state_dict().items()}
+        held_out.start(learner)
+        assert held_out.in_progress and held_out.worker.pid is not None
+        # the learner trains on while the process plays: these changes are not what it evaluates
+        with torch.no_grad():
+            for p in learner.online.parameters():
+                p.add_(1.0)
+        learner.stats.frames_played, learner.stats.batches_done = 9_000, 700
+        learner.wall_seconds_at_start = 200.0
+        assert not held_out.due(learner)  # one at a time, however late
+        entry = None
+        for _ in range(600):
+            entry = held_out.collect(learner, wait_s=0.1)
+            if entry is not None:
+                break
+        assert entry is not None and not held_out.in_progress, messages
+        assert (entry["frames_played"], entry["batches_done"]) == (5_000, 300) and 1.0 < entry["minute"] < 1.1
+        saved = torch.load(tmp_path / "run" / BEST / WEIGHTS_ONLINE, weights_only=True)
+        assert all(torch.equal(saved[k], snapshot[k]) for k in snapshot)
+        assert learner.stats.held_out_evaluations == 1 and held_out.due(learner)  # 200 s: the second one is due
+    finally:
+        held_out.close()
+    assert held_out.worker.pid is None
+
+
+def test_a_killed_evaluation_process_is_reported_and_the_next_evaluation_gets_a_new_one(tmp_path):
+    learner, messages = _learner(tmp_path)
+    held_out = HeldOutEvaluation(tmp_path / "run", "carracing", messages.append)
+    try:
+        held_out.start(learner)
+        killed = held_out.worker.pid
+        os.kill(killed, signal.SIGKILL)
+        assert held_out.collect(learner, wait_s=30) is None and not held_out.in_progress
+        assert "held-out evaluation skipped: the evaluation process ended (exit code -9); training goes on" in messages
+        assert learner.stats.held_out_evaluations == 1 and not (tmp_path / "run" / HELD_OUT_LOG).exists()
+        entry = held_out.run(learner)
+        assert entry is not None and entry["races"] == 2 and held_out.worker.pid != killed
     finally:
         held_out.close()
 

@@ -1,16 +1,19 @@
 """Held-out evaluation during training, the best model by it, and weights kept at given minutes.
 
-Every `held_out_eval_period_s` of the run's training time, the learner plays one greedy race on each track of
-`held_out_seeds` (tracks the map cycle never stores; all below 50,000, while final test tracks are 500,000 and
-up) with its online weights of that moment, in its own process: the time counts inside the run. The races end by
-the training rules (HELD_OUT_RULES: the finish line, the config's overall and no-progress cut-offs; games/base.py),
-not by CarRacing-v3's native episode rules that scripts/evaluate.py uses by default, so that the curve measures the
-races the agent trains on and stays comparable across runs; every record says so. The summary
-(mean and spread of the native score, finished share, tile coverage) goes to TensorBoard (`held_out/...`), to
-`save/<run>/held_out.jsonl` (one line per evaluation, with the minute), and to the run's counters. When the mean
-beats the best so far, the evaluated weights become the best model folder `save/<run>/best/` (weights, the
-settings in force, best.json). At each minute of `keep_weights_at_minutes` the online weights are kept as the
-model folder `save/<run>/at-minute-MMM/`.
+Every `held_out_eval_period_s` of the run's training time, the learner takes a snapshot of its online weights (the
+training thread paused for the copy alone) and a process of its own (learner/held_out_worker.py) plays one greedy
+race with them on each track of `held_out_seeds` (tracks the map cycle never stores; all below 50,000, while final
+test tracks are 500,000 and up) while the learner goes on taking races and training; the record, when it comes,
+carries the minute, frames and batches of the snapshot. The races end by the training rules
+(held_out_worker.HELD_OUT_RULES: the finish line, the config's overall and no-progress cut-offs; games/base.py), not
+by CarRacing-v3's native episode rules that scripts/evaluate.py uses by default, so that the curve measures the races
+the agent trains on and stays comparable across runs; every record says so. The summary (mean and spread of the
+native score, finished share, tile coverage) goes to TensorBoard (`held_out/...`), to `save/<run>/held_out.jsonl`
+(one line per evaluation, with the minute), and to the run's counters. When the mean beats the best so far, the
+evaluated weights become the best model folder `save/<run>/best/` (weights, the settings they were taken under,
+best.json). At each minute of `keep_weights_at_minutes` the online weights are kept as the model folder
+`save/<run>/at-minute-MMM/`. An evaluation still playing when the time limit ends the run is waited for (up to
+FINISH_WAIT_S); a stop by signal drops it.
 """
 
 from __future__ import annotations
@@ -18,24 +21,36 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from trackmania_rl.agents.iqn import make_network
-from trackmania_rl.config.values import settings_json
-from trackmania_rl.games import make_game_instance
-from trackmania_rl.games.base import RULES_TRAINING, GameCrashed
+from trackmania_rl.config.values import config_to_values, settings_json
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.checkpoint import BEST, BEST_JSON, SETTINGS, WEIGHTS_ONLINE
-from trackmania_rl.rollouts.greedy import GreedyPolicy, evaluate_seeds, summarise
+from trackmania_rl.learner.held_out_worker import HeldOutWorker
+from trackmania_rl.rollouts.greedy import summarise
 
 HELD_OUT_LOG = "held_out.jsonl"
-HELD_OUT_RULES = RULES_TRAINING  # how its races end (see the module docstring)
+FINISH_WAIT_S = 120.0  # for the evaluation still playing at the time limit (10 races take 7-20 s)
 
 
 def minute_folder(minute: float) -> str:
     return f"at-minute-{minute:03g}"  # at-minute-030, at-minute-7.5
+
+
+@dataclass
+class _Snapshot:
+    """What an evaluation played: the weights (a CPU network) and the run's figures at the moment they were taken."""
+
+    network: torch.nn.Module
+    cfg: object
+    minute: float
+    frames_played: int
+    batches_done: int
+    policy_version: int
 
 
 class HeldOutEvaluation:
@@ -44,12 +59,17 @@ class HeldOutEvaluation:
         self.game_backend = game_backend
         self.log = log
         self.logger = logger
-        self.game = None  # created at the first evaluation (a CarRacing instance in the learner's process)
+        self.worker = HeldOutWorker(game_backend)  # its process starts at the first evaluation
+        self._snapshot: _Snapshot | None = None  # of the evaluation being played
 
     # ------------------------------------------------------------------------------------- schedule
     def due(self, learner) -> bool:
         period = learner.cfg.held_out_eval_period_s
-        return period > 0 and learner.wall_seconds() >= (learner.stats.held_out_evaluations + 1) * period
+        return period > 0 and not self.in_progress and learner.wall_seconds() >= (learner.stats.held_out_evaluations + 1) * period
+
+    @property
+    def in_progress(self) -> bool:
+        return self.worker.busy
 
     def weights_due(self, learner) -> list[float]:
         """Minutes of `keep_weights_at_minutes` reached and not yet kept."""
@@ -57,52 +77,84 @@ class HeldOutEvaluation:
         return [m for m in learner.cfg.keep_weights_at_minutes if m <= minutes and m not in learner.stats.weights_kept_at_minutes]
 
     # ------------------------------------------------------------------------------------ evaluation
-    def run(self, learner, stop_requested: Callable[[], bool] = lambda: False) -> dict | None:
-        """Evaluate the online weights now. None when the game failed (logged; training goes on) or when a stop
-        was requested between two races (nothing recorded: the run is ending)."""
+    def start(self, learner) -> None:
+        """Hand a snapshot of the online weights to the evaluation process; `collect` records its result. The
+        caller keeps the weights still while this copies them (the training thread paused)."""
         cfg = learner.cfg
-        start = time.perf_counter()
         network = self._copy_of_online(learner)
-        records = []
-        try:
-            if self.game is None:
-                self.game = make_game_instance(cfg, self.game_backend, HELD_OUT_RULES)
-            for record in evaluate_seeds(self.game, GreedyPolicy(cfg, network, learner.layout), cfg.held_out_seeds):
-                records.append(record)
-                if stop_requested():
-                    return None
-        except GameCrashed as e:
-            self.log(f"held-out evaluation skipped: the game failed twice on one track ({e}); training goes on")
-            self.game = None
-            learner.stats.held_out_evaluations += 1  # next one a period later, not at once
+        self._snapshot = _Snapshot(
+            network, cfg, learner.wall_seconds() / 60, learner.stats.frames_played, learner.stats.batches_done, learner.stats.policy_version
+        )
+        weights = {name: tensor.numpy() for name, tensor in network.state_dict().items()}
+        self.worker.submit(config_to_values(cfg), weights, cfg.held_out_seeds)
+
+    def collect(self, learner, wait_s: float = 0.0) -> dict | None:
+        """The evaluation's record once its races are played (waiting up to `wait_s`): logged, appended to the
+        run's held_out.jsonl, and its weights saved as the best model if they beat the best so far. None while
+        it plays, and when it failed (logged; training goes on)."""
+        answer = self.worker.result(wait_s)
+        if answer is None:
             return None
+        snapshot, self._snapshot = self._snapshot, None
+        learner.stats.held_out_evaluations += 1  # a failed one too: the next one a period later, not at once
+        if answer.failure is not None:
+            self.log(f"held-out evaluation skipped: {answer.failure}; training goes on")
+            return None
+        return self._record(learner, snapshot, answer.records, answer.seconds)
+
+    def run(self, learner, stop_requested: Callable[[], bool] = lambda: False) -> dict | None:
+        """`start` and wait for `collect`. None when it failed, or when a stop was requested while it played
+        (nothing recorded: the run is ending)."""
+        self.start(learner)
+        while True:
+            if stop_requested():
+                self.cancel()
+                return None
+            entry = self.collect(learner, wait_s=0.1)
+            if entry is not None or not self.in_progress:
+                return entry
+
+    def finish(self, learner, timeout_s: float) -> dict | None:
+        """At the end of a run: the evaluation still playing, recorded if it ends within `timeout_s`, else dropped."""
+        if not self.in_progress:
+            return None
+        entry = self.collect(learner, wait_s=timeout_s)
+        if self.in_progress:
+            self.log(f"the held-out evaluation still playing after {timeout_s:.0f} s at the end of the run was dropped")
+            self.cancel()
+        return entry
+
+    def cancel(self) -> None:
+        self.worker.cancel()
+        self._snapshot = None
+
+    def _record(self, learner, snapshot: _Snapshot, records: list, seconds: float) -> dict:
         summary = summarise(records)
-        minute = learner.wall_seconds() / 60
         entry = {
-            "minute": round(minute, 3),
-            "frames_played": learner.stats.frames_played,
-            "batches_done": learner.stats.batches_done,
-            "policy_version": learner.stats.policy_version,
-            "eval_seconds": round(time.perf_counter() - start, 2),
+            "minute": round(snapshot.minute, 3),
+            "frames_played": snapshot.frames_played,
+            "batches_done": snapshot.batches_done,
+            "policy_version": snapshot.policy_version,
+            "eval_seconds": round(seconds, 2),
             "rules": summary["rules"],
             **{k: summary[k] for k in ("races", "finished_fraction", "mean_native_score", "std_native_score", "mean_tile_coverage")},
             "seeds": summary["seeds"],
         }
-        learner.stats.held_out_evaluations += 1
         learner.stats.held_out_latest_score = summary["mean_native_score"]
         self._append(entry)
         if self.logger is not None:
             shown = ("mean_native_score", "std_native_score", "finished_fraction", "mean_tile_coverage", "minute", "eval_seconds")
-            self.logger.scalars("held_out", {k: entry[k] for k in shown}, learner.stats.frames_played)
+            self.logger.scalars("held_out", {k: entry[k] for k in shown}, snapshot.frames_played)
         best = learner.stats.held_out_best_score
         self.log(
-            f"held-out evaluation at minute {minute:.1f}: mean native score {summary['mean_native_score']:.1f} "
+            f"held-out evaluation at minute {snapshot.minute:.1f}: mean native score {summary['mean_native_score']:.1f} "
             f"± {summary['std_native_score']:.1f} on {summary['races']} tracks by the {summary['rules']} rules, "
             f"{100 * summary['finished_fraction']:.0f} % finished "
-            f"({entry['eval_seconds']:.0f} s; best so far {'-' if best is None else f'{best:.1f}'})"
+            f"({entry['eval_seconds']:.0f} s, {learner.stats.batches_done - snapshot.batches_done} batches trained meanwhile; "
+            f"best so far {'-' if best is None else f'{best:.1f}'})"
         )
         if best is None or summary["mean_native_score"] > best:
-            self._save_best(learner, network, entry, best)
+            self._save_best(learner, snapshot, entry, best)
         return entry
 
     def keep_weights(self, learner, minute: float) -> Path | None:
@@ -124,9 +176,8 @@ class HeldOutEvaluation:
         return folder
 
     def close(self) -> None:
-        if self.game is not None:
-            self.game.close()
-            self.game = None
+        self.cancel()
+        self.worker.close()
 
     # --------------------------------------------------------------------------------------- helpers
     def _copy_of_online(self, learner) -> torch.nn.Module:
@@ -143,7 +194,7 @@ class HeldOutEvaluation:
         except (OSError, ValueError) as e:  # a full disk must not stop training: the figures are also in TensorBoard
             self.log(f"could not append to {self.run_dir / HELD_OUT_LOG}: {e}")
 
-    def _save_best(self, learner, network, entry: dict, previous: float | None) -> None:
+    def _save_best(self, learner, snapshot: _Snapshot, entry: dict, previous: float | None) -> None:
         record = {
             "score": entry["mean_native_score"],
             "metric": f"mean native score of greedy races on the held-out tracks {entry['seeds'][0]}..{entry['seeds'][-1]}, "
@@ -155,8 +206,8 @@ class HeldOutEvaluation:
             "seeds": entry["seeds"],
         }
         writers = {
-            WEIGHTS_ONLINE: ckpt.torch_writer(network.state_dict()),
-            SETTINGS: ckpt.text_writer(settings_json(learner.cfg)),
+            WEIGHTS_ONLINE: ckpt.torch_writer(snapshot.network.state_dict()),
+            SETTINGS: ckpt.text_writer(settings_json(snapshot.cfg)),  # the settings the weights were taken under
             BEST_JSON: ckpt.json_writer(record),
         }
         try:

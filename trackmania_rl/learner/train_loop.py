@@ -16,7 +16,7 @@ from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
 from trackmania_rl.learner.cores import LearnerThreads, auto_collectors, set_switch_interval
 from trackmania_rl.learner.group_hooks import GroupHooks
-from trackmania_rl.learner.held_out import HeldOutEvaluation
+from trackmania_rl.learner.held_out import FINISH_WAIT_S, HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.run_folder import LIVE_CONFIG, RunLock, StopSignals, install_live_config, move_run_aside, validate_run_name
 from trackmania_rl.learner.sources import Pacing, SourceContext, build_sources, games_on_this_machine, remote_source_names
@@ -26,6 +26,7 @@ from trackmania_rl.monitoring.tensorboard import RunLogger
 from trackmania_rl.rollouts.source import RolloutSource
 
 AGGREGATE_LOG_PERIOD_S = 30.0
+TIME_LIMIT = "time limit reached"  # the exit reason of a run that reached --max-minutes
 INTAKE_WAIT_S = 0.05  # the main thread waits this long for a race: also the longest delay of a publish
 
 
@@ -283,13 +284,14 @@ def _loop(options: TrainOptions, run: _Run, signals: StopSignals) -> str:
                 run.failure = failure
                 return failure
             if deadline is not None and time.perf_counter() >= deadline:
-                return "time limit reached"
+                return TIME_LIMIT
             take_races(learner, source, live, training, pacing)
             run.threads.update(source.idle_games_here())
-            if run.held_out.due(learner):  # greedy races on the held-out tracks; the best weights by them kept
-                status.clear()
-                with training.paused():
-                    run.held_out.run(learner, stop_requested=lambda: signals.requested)
+            if run.held_out.due(learner):  # greedy races on the held-out tracks, played by a process of their own
+                with training.paused():  # for the snapshot of the weights alone
+                    run.held_out.start(learner)
+            if run.held_out.in_progress:  # its record once the races are played; the best weights by them kept
+                run.held_out.collect(learner)
             for minute in run.held_out.weights_due(learner):
                 with training.paused():
                     run.held_out.keep_weights(learner, minute)
@@ -337,6 +339,11 @@ def _shutdown(run: _Run, exit_reason: str) -> int:
                     log(line)
             except Exception as e:
                 log(f"stopping the collectors failed: {_describe(e)}")
+        if run.held_out is not None and run.learner is not None and exit_reason == TIME_LIMIT:
+            try:  # the evaluation still playing at the time limit is the run's last point of its curve
+                run.held_out.finish(run.learner, FINISH_WAIT_S)
+            except Exception as e:
+                log(f"the last held-out evaluation failed: {_describe(e)}")
         if run.saves is not None:
             for line in run.saves.summary():
                 log(line)
@@ -352,7 +359,7 @@ def _shutdown(run: _Run, exit_reason: str) -> int:
             try:
                 run.held_out.close()
             except Exception as e:
-                log(f"closing the held-out evaluation's game failed: {_describe(e)}")
+                log(f"closing the held-out evaluation's process failed: {_describe(e)}")
         if run.logger is not None:
             try:
                 run.logger.close()

@@ -52,6 +52,28 @@ def test_all_actors_of_a_node_read_one_copy_of_the_weights(ray_head, worker_node
     assert measured["all_views_of_object_store"] and measured["nodes_listed_by_ray"] == 2, measured
 
 
+def test_an_actor_killed_before_the_learner_heard_from_it_is_counted_restarted(ray_head, short_races_live):
+    logs = []
+    source = RaySource(1, short_races_live, "carracing", logs.append)
+    source.publish(1, _weights(short_races_live.current, 1))
+    source.start()
+    try:
+        # no `get` yet: the source has not seen the actor's first incarnation when it dies
+        deadline = time.monotonic() + 90
+        while (entry := _actor_entries(source)[0])["State"] != "ALIVE" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert entry["State"] == "ALIVE", entry
+        os.kill(entry["Pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while source.slots[0].races == 0 and time.monotonic() < deadline:
+            source.get(timeout_s=0.5)
+        assert source.slots[0].races > 0, "the restarted actor delivered nothing:\n" + "\n".join(logs)
+        assert source.slots[0].restarts == 1 and _actor_entries(source)[0]["NumRestarts"] == 1
+    finally:
+        source.stop()
+    assert any("Ray actor 0 was restarted (1 time(s))" in line for line in logs), logs
+
+
 def test_a_killed_actor_is_restarted_and_a_stopped_node_never_blocks_the_learner(ray_head, worker_node, short_races_live):
     cfg = short_races_live.current
     layout = float_layout_for(cfg)

@@ -49,7 +49,7 @@ class ActorSlot:
     index: int
     handle: object
     incarnation: str | None = None
-    restarts: int = 0  # incarnations seen after the first
+    restarts: int = 0  # restarted incarnations seen
     taken: int = 0  # races of this incarnation taken or given up (acknowledged to the actor)
     races: int = 0  # races taken from this slot over the run
     lost: int = 0
@@ -163,14 +163,14 @@ class RaySource(RolloutSource):
             except (RayActorError, RayError):  # it died; Ray restarts it (or it is dead for good): ask again later
                 slot.handoff, slot.retry_at = None, now + RETRY_HANDOFF_S
                 continue
-            self._note_incarnation(slot, reply["incarnation"])
+            self._note_incarnation(slot, reply["incarnation"], reply["restarted"])
             self.pending.extend(PendingRace(ref, slot, reply["incarnation"]) for ref in reply["races"])
             self._ask(slot)
 
-    def _note_incarnation(self, slot: ActorSlot, incarnation: str) -> None:
+    def _note_incarnation(self, slot: ActorSlot, incarnation: str, restarted: bool) -> None:
         if slot.incarnation == incarnation:
             return
-        if slot.incarnation is not None:
+        if slot.incarnation is not None or restarted:  # restarted: its first incarnation died before it answered
             slot.restarts += 1
             self.log(f"Ray actor {slot.index} was restarted ({slot.restarts} time(s)); it pulls the weights again")
         slot.incarnation, slot.taken = incarnation, 0
