@@ -154,8 +154,6 @@ class CollectorActor:
         use_acting_torch_settings()  # one torch thread, the collector's acting settings
         self.index = index
         self.incarnation = uuid.uuid4().hex[:12]
-        # Ray says whether this is a restart: the learner may not have seen the first incarnation before it died
-        self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
         self.store = store = ray.get_actor(store_name)  # by name: see policy_store.py
         self.timings = Timings()
         self.weights = StoreWeights(store, self.timings)
@@ -269,14 +267,13 @@ class CollectorActor:
 
     # ------------------------------------------------------------------------------ called by the learner
     def handoff(self, wait_s: float = HANDOFF_WAIT_S) -> dict:
-        """The races put since the last handoff (as refs; possibly none after `wait_s`), who we are and whether
-        Ray restarted us."""
+        """The races put since the last handoff (as refs; possibly none after `wait_s`), and who we are."""
         with self.slots:
             if not self.outbox:
                 self.slots.wait(wait_s)
             races = list(self.outbox)
             self.outbox.clear()
-        return {"incarnation": self.incarnation, "restarted": self.restarted, "races": races}
+        return {"incarnation": self.incarnation, "races": races}
 
     def acknowledge(self, taken: int) -> None:
         """The learner has taken (or given up on) `taken` races of this incarnation: their slots are free."""
@@ -289,6 +286,7 @@ class CollectorActor:
             in_flight = self.races_put - self.acknowledged
         return {
             "incarnation": self.incarnation,
+            "pid": os.getpid(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "races_played": self.races_played,
             "in_flight": in_flight,

@@ -49,7 +49,8 @@ class ActorSlot:
     index: int
     handle: object
     incarnation: str | None = None
-    restarts: int = 0  # restarted incarnations seen
+    restarts: int = 0  # restarts seen
+    failed_before_answer: bool = False  # a handoff failed (the actor died) before the first answer
     taken: int = 0  # races of this incarnation taken or given up (acknowledged to the actor)
     races: int = 0  # races taken from this slot over the run
     lost: int = 0
@@ -162,16 +163,21 @@ class RaySource(RolloutSource):
                 reply = ray.get(slot.handoff, timeout=GET_TIMEOUT_S)
             except (RayActorError, RayError):  # it died; Ray restarts it (or it is dead for good): ask again later
                 slot.handoff, slot.retry_at = None, now + RETRY_HANDOFF_S
+                slot.failed_before_answer = slot.incarnation is None
                 continue
-            self._note_incarnation(slot, reply["incarnation"], reply["restarted"])
+            self._note_incarnation(slot, reply["incarnation"])
             self.pending.extend(PendingRace(ref, slot, reply["incarnation"]) for ref in reply["races"])
             self._ask(slot)
 
-    def _note_incarnation(self, slot: ActorSlot, incarnation: str, restarted: bool) -> None:
+    def _note_incarnation(self, slot: ActorSlot, incarnation: str) -> None:
         if slot.incarnation == incarnation:
             return
-        if slot.incarnation is not None or restarted:  # restarted: its first incarnation died before it answered
-            slot.restarts += 1
+        if slot.incarnation is not None:
+            restarts = slot.restarts + 1
+        else:  # the first answer: an incarnation that died before answering is known only to the cluster's table
+            restarts = max(int(slot.failed_before_answer), _restarts_in_table(slot))
+        if restarts > slot.restarts:
+            slot.restarts = restarts
             self.log(f"Ray actor {slot.index} was restarted ({slot.restarts} time(s)); it pulls the weights again")
         slot.incarnation, slot.taken = incarnation, 0
 
@@ -384,3 +390,12 @@ def make_ray_source(context, local_producers: int = 0) -> RaySource:
         if isinstance(e, (ConnectionError, RayError, cluster.ClusterError, ValueError, RuntimeError)):
             raise ConfigError(f"Ray cluster {address!r} (ray_address / --ray): {type(e).__name__}: {e}") from None
         raise
+
+
+def _restarts_in_table(slot: ActorSlot) -> int:
+    """The actor's restarts as the cluster's actor table counts them (0 when it cannot be read)."""
+    try:
+        entry = ray._private.state.actors(actor_id=slot.handle._actor_id.hex())
+    except Exception:  # the control store briefly unreachable
+        return 0
+    return int((entry or {}).get("NumRestarts", 0))
