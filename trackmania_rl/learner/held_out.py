@@ -106,23 +106,27 @@ class HeldOutEvaluation:
         """`start` and wait for `collect`. None when it failed, or when a stop was requested while it played
         (nothing recorded: the run is ending)."""
         self.start(learner)
-        while True:
-            if stop_requested():
-                self.cancel()
-                return None
-            entry = self.collect(learner, wait_s=0.1)
-            if entry is not None or not self.in_progress:
-                return entry
+        entry = self._wait(learner, give_up=stop_requested)
+        if self.in_progress:
+            self.cancel()
+        return entry
 
     def finish(self, learner, timeout_s: float) -> dict | None:
         """At the end of a run: the evaluation still playing, recorded if it ends within `timeout_s`, else dropped."""
-        if not self.in_progress:
-            return None
-        entry = self.collect(learner, wait_s=timeout_s)
+        deadline = time.perf_counter() + timeout_s
+        entry = self._wait(learner, give_up=lambda: time.perf_counter() >= deadline)
         if self.in_progress:
             self.log(f"the held-out evaluation still playing after {timeout_s:.0f} s at the end of the run was dropped")
             self.cancel()
         return entry
+
+    def _wait(self, learner, give_up: Callable[[], bool]) -> dict | None:
+        """`collect` in short waits (a process that died is noticed at once) until a result or `give_up()`."""
+        while self.in_progress and not give_up():
+            entry = self.collect(learner, wait_s=0.1)
+            if entry is not None:
+                return entry
+        return None
 
     def cancel(self) -> None:
         self.worker.cancel()

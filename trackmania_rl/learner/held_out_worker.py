@@ -25,7 +25,7 @@ from trackmania_rl.config.values import config_from_values
 from trackmania_rl.games import float_layout_for, make_game_instance
 from trackmania_rl.games.base import RULES_TRAINING, GameCrashed
 from trackmania_rl.rollouts.greedy import GreedyPolicy, evaluate_seeds
-from trackmania_rl.rollouts.local.collector import die_with_parent
+from trackmania_rl.rollouts.local.collector import die_with_parent, parent_alive
 
 HELD_OUT_RULES = RULES_TRAINING  # how its races end (learner/held_out.py says why)
 STOP_WAIT_S = 5.0  # for the process to end after being asked, before it is killed
@@ -129,7 +129,7 @@ def play_evaluations(jobs, answers, game_backend: str) -> None:
         try:
             job = jobs.get(timeout=PARENT_CHECK_S)
         except queue.Empty:
-            if multiprocessing.parent_process().is_alive():
+            if parent_alive():
                 continue
             break  # elsewhere: the learner is gone
         if job is None:

@@ -28,7 +28,7 @@ from trackmania_rl.rollouts.race import RacePlayer, producer_seed
 SOURCE_NAME = "local"  # meta["source"] of every race a collector process plays
 
 
-def _parent_alive() -> bool:
+def parent_alive() -> bool:
     parent = multiprocessing.parent_process()
     return parent is None or parent.is_alive()
 
@@ -65,7 +65,7 @@ def collector_main(
     a pool: their collectors play distinct seeds and shares of the map cycle)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle; it stops us
     die_with_parent()
-    if not _parent_alive():  # the learner died before the death signal was armed
+    if not parent_alive():  # the learner died before the death signal was armed
         return
 
     def set_idle(idle: bool) -> None:
@@ -94,7 +94,7 @@ def collector_main(
         heartbeat.value = time.time()
 
     try:
-        while not stop_event.is_set() and _parent_alive():
+        while not stop_event.is_set() and parent_alive():
             beat()
             if pause_event.is_set():  # paced by the learner: alive, but no new race
                 set_idle(True)
@@ -116,7 +116,7 @@ def collector_main(
                     break
                 except queue.Full:
                     beat()
-                    if stop_event.is_set() or not _parent_alive():
+                    if stop_event.is_set() or not parent_alive():
                         return
             player.handed_off()
     except Exception:
