@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trackmania_rl.serialization import atomic_write
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -196,16 +198,7 @@ def install_live_config(run_dir: Path, config_text: str | None) -> tuple[Path, b
         return path, False
     if config_text is None:
         raise RunFolderError(f"{path} does not exist and no config was given to start the run from")
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w") as f:
-            f.write(config_text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write(path, lambda f: f.write(config_text.encode()))
     return path, True
 
 

@@ -1,9 +1,18 @@
-"""The one-line terminal status shown while training (redrawn in place at most once per second)."""
+"""The one-line terminal status shown while training (redrawn in place at most once per second). A log line
+printed while it is shown would be written onto it: `clear_shown()` before printing one (the learner's `log` does)."""
 
 from __future__ import annotations
 
 import sys
 import time
+
+_drawn: StatusLine | None = None  # the status line drawn on the terminal now, if any
+
+
+def clear_shown() -> None:
+    """Erase the status line drawn on the terminal, if one is (it is drawn again at its next update)."""
+    if _drawn is not None:
+        _drawn.clear()
 
 
 class StatusLine:
@@ -37,14 +46,18 @@ class StatusLine:
         batches_per_s = (learner.stats.batches_done - self._last_batches) / max(1e-9, now - self._last_time)
         self._last_batches, self._last_time, self._last = learner.stats.batches_done, now, now
         if self.redraw:
+            global _drawn
             self.stream.write("\r\033[K" + self.text(learner, batches_per_s))
-            self._shown = True
+            self._shown, _drawn = True, self
         else:
             self.stream.write("[status] " + self.text(learner, batches_per_s) + "\n")
         self.stream.flush()
 
     def clear(self) -> None:
+        global _drawn
         if self._shown:
             self.stream.write("\r\033[K")
             self.stream.flush()
             self._shown = False
+        if _drawn is self:
+            _drawn = None

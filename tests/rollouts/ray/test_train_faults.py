@@ -30,6 +30,15 @@ def _collector_actors_of_other_jobs(state: str = "ALIVE") -> list[dict]:
     ]
 
 
+def _is_collector_actor_process(pid: int) -> bool:
+    """Whether `pid` is a collector actor's worker process (Ray titles it "ray::CollectorActor[.method]"): the table
+    can name another process for an actor it has just marked ALIVE, and a SIGKILL sent there restarts nothing."""
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().startswith(b"ray::CollectorActor")
+    except OSError:
+        return False
+
+
 def _frames_saved(trainer: Trainer) -> list[int]:
     return [int(f) for f in re.findall(SAVED, trainer.log())]
 
@@ -69,10 +78,14 @@ def test_train_on_ray_survives_a_killed_actor_a_stopped_node_and_a_killed_learne
 
         # an actor SIGKILLed in the middle of its races: Ray restarts it, it pulls the weights, the run goes on
         deadline = time.monotonic() + 60  # races may come from one actor while the other is still being created
-        while len(actors := _collector_actors_of_other_jobs()) < 2 and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            actors = _collector_actors_of_other_jobs()
+            on_head = [a for a in actors if a["Address"]["IPAddress"] == ray_head.ip]
+            if len(actors) == 2 and on_head and _is_collector_actor_process(on_head[0]["Pid"]):
+                break
             time.sleep(0.5)
-        assert len(actors) == 2, actors
-        victim = next(a for a in actors if a["Address"]["IPAddress"] == ray_head.ip)
+        assert len(actors) == 2 and on_head and _is_collector_actor_process(on_head[0]["Pid"]), actors
+        victim = on_head[0]
         os.kill(victim["Pid"], signal.SIGKILL)
         _wait_restarted(victim["ActorID"], trainer, 180)  # a new worker process: torch, the game, the JIT, on busy cores
         trainer.wait_for(r"Ray actor \d was restarted \(1 time\(s\)\)", 60)

@@ -87,7 +87,7 @@ def test_a_killed_actor_is_restarted_and_a_stopped_node_never_blocks_the_learner
         on_head = next(i for i, e in entries.items() if e["Address"]["IPAddress"] == ray_head.ip)
 
         # SIGKILL the head node's actor in the middle of its races, then publish while it is down
-        os.kill(entries[on_head]["Pid"], signal.SIGKILL)
+        os.kill(ray.get(source.slots[on_head].handle.stats.remote(), timeout=90)["pid"], signal.SIGKILL)
         source.publish(2, _weights(cfg, 2))
         deadline = time.monotonic() + 90
         after_restart = None

@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import ray
-from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError, RayActorError, RayError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, ObjectLostError, OwnerDiedError, RayActorError, RayError
 
 from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.config.values import config_to_values
@@ -161,9 +161,10 @@ class RaySource(RolloutSource):
                 continue
             try:
                 reply = ray.get(slot.handoff, timeout=GET_TIMEOUT_S)
-            except (RayActorError, RayError):  # it died; Ray restarts it (or it is dead for good): ask again later
-                slot.handoff, slot.retry_at = None, now + RETRY_HANDOFF_S
-                slot.failed_before_answer = slot.incarnation is None
+            except (RayActorError, RayError) as e:  # it died (Ray restarts it, or it is dead for good) or is unreachable
+                slot.handoff, slot.retry_at = None, now + RETRY_HANDOFF_S  # for now: ask again later
+                died = isinstance(e, RayActorError) and not isinstance(e, ActorUnavailableError)
+                slot.failed_before_answer = slot.failed_before_answer or (slot.incarnation is None and died)
                 continue
             self._note_incarnation(slot, reply["incarnation"])
             self.pending.extend(PendingRace(ref, slot, reply["incarnation"]) for ref in reply["races"])
