@@ -30,6 +30,19 @@ def _rank_actors_alive() -> list[dict]:
     return [a for a in ray._private.state.actors().values() if a["ActorClassName"] == "RankActor" and a["State"] == "ALIVE"]
 
 
+def _rank_actor_of(pid: int, timeout_s: float) -> dict:
+    """The table's entry of the rank actor running as `pid` (the table can name another process for an actor it has
+    just marked ALIVE, so it is read until it names this one)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        entries = _rank_actors_alive()
+        actor = next((a for a in entries if a["Pid"] == pid), None)
+        if actor is not None:
+            return actor
+        assert time.monotonic() < deadline, f"no ALIVE rank actor with pid {pid} in the actor table: {entries}"
+        time.sleep(0.5)
+
+
 def test_ranks_placed_one_per_node_train_with_equal_weights(ray_head, worker_node, tmp_path):
     _config(tmp_path)
     command = train_command(tmp_path, "ray_group", "--learners", "2", "--collectors", "2", "--ray", ray_head.address)
@@ -38,7 +51,7 @@ def test_ranks_placed_one_per_node_train_with_equal_weights(ray_head, worker_nod
         store = trainer.wait_for(r"2 ranks \(Ray actors, one per node\), store on ([\d.]+):\d+", 120)
         assert store.group(1) == ray_head.ip  # rank 0's node, as Ray knows it
         pid = int(trainer.wait_for(rf"ip={re.escape(worker_node.ip)}\)\S* \[rank 1\] pid (\d+):", 180).group(1))
-        actor = next(a for a in _rank_actors_alive() if a["Pid"] == pid)
+        actor = _rank_actor_of(pid, timeout_s=30)
         ours = {(ip, port) for ip, port in listening_sockets(pid) if port != actor["Address"]["Port"]}  # not Ray's own server
         assert ours and {ip for ip, _ in ours} == {worker_node.ip}, listening_sockets(pid)  # rank 1's gloo: its node's address
         deadline = time.monotonic() + 180
