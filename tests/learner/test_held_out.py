@@ -28,6 +28,12 @@ def _learner(tmp_path):
     return learner, messages
 
 
+def _evaluate(held_out, learner) -> dict | None:
+    """One evaluation of the online weights now, its record awaited."""
+    held_out.start(learner)
+    return held_out.finish(learner, timeout_s=120)
+
+
 def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
     learner, messages = _learner(tmp_path)
     held_out = HeldOutEvaluation(tmp_path / "run", "carracing", messages.append)
@@ -35,7 +41,7 @@ def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
         assert not held_out.due(learner)  # the first one comes one period into the run
         learner.wall_seconds_at_start = 61.0
         assert held_out.due(learner)
-        first = held_out.run(learner)
+        first = _evaluate(held_out, learner)
         assert not held_out.due(learner)  # the next one a period later
         assert first["seeds"] == [100, 101] and first["races"] == 2
         # its races end by the training rules (the config's cut-offs), and every record says so
@@ -55,7 +61,7 @@ def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
         with torch.no_grad():
             next(learner.online.parameters()).add_(1.0)
         learner.wall_seconds_at_start = 121.0
-        second = held_out.run(learner)
+        second = _evaluate(held_out, learner)
         assert (best / WEIGHTS_ONLINE).read_bytes() == first_weights
         lines = [json.loads(line) for line in (tmp_path / "run" / HELD_OUT_LOG).read_text().splitlines()]
         assert [line["mean_native_score"] for line in lines] == [first["mean_native_score"], second["mean_native_score"]]
@@ -64,7 +70,7 @@ def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
 
         # a better score replaces it, with the weights that were evaluated
         learner.stats.held_out_best_score = second["mean_native_score"] - 1.0
-        held_out.run(learner)
+        _evaluate(held_out, learner)
         assert (best / WEIGHTS_ONLINE).read_bytes() != first_weights
         assert json.loads((best / BEST_JSON).read_text())["previous_score"] == second["mean_native_score"] - 1.0
         assert any("best model so far" in m for m in messages)
@@ -114,17 +120,20 @@ def test_a_killed_evaluation_process_is_reported_and_the_next_evaluation_gets_a_
         assert held_out.collect(learner, wait_s=30) is None and not held_out.in_progress
         assert "held-out evaluation skipped: the evaluation process ended (exit code -9); training goes on" in messages
         assert learner.stats.held_out_evaluations == 1 and not (tmp_path / "run" / HELD_OUT_LOG).exists()
-        entry = held_out.run(learner)
+        entry = _evaluate(held_out, learner)
         assert entry is not None and entry["races"] == 2 and held_out.worker.pid != killed
     finally:
         held_out.close()
 
 
-def test_a_stop_between_races_records_nothing(tmp_path):
+def test_a_stop_while_the_races_play_records_nothing(tmp_path):
     learner, _ = _learner(tmp_path)
     held_out = HeldOutEvaluation(tmp_path / "run", "carracing", lambda m: None)
     try:
-        assert held_out.run(learner, stop_requested=lambda: True) is None
+        held_out.start(learner)
+        assert held_out.in_progress
+        held_out.close()  # what a run stopped by a signal does with the evaluation playing
+        assert not held_out.in_progress and held_out.collect(learner, wait_s=1.0) is None
         assert not (tmp_path / "run" / HELD_OUT_LOG).exists() and not (tmp_path / "run" / BEST).exists()
         assert learner.stats.held_out_evaluations == 0
     finally:

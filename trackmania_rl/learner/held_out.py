@@ -102,30 +102,17 @@ class HeldOutEvaluation:
             return None
         return self._record(learner, snapshot, answer.records, answer.seconds)
 
-    def run(self, learner, stop_requested: Callable[[], bool] = lambda: False) -> dict | None:
-        """`start` and wait for `collect`. None when it failed, or when a stop was requested while it played
-        (nothing recorded: the run is ending)."""
-        self.start(learner)
-        entry = self._wait(learner, give_up=stop_requested)
-        if self.in_progress:
-            self.cancel()
-        return entry
-
     def finish(self, learner, timeout_s: float) -> dict | None:
-        """At the end of a run: the evaluation still playing, recorded if it ends within `timeout_s`, else dropped."""
+        """At the end of a run (or to wait for one evaluation): the evaluation still playing, recorded if it ends
+        within `timeout_s`, else dropped. Collected in short waits, so a process that died is noticed at once."""
         deadline = time.perf_counter() + timeout_s
-        entry = self._wait(learner, give_up=lambda: time.perf_counter() >= deadline)
-        if self.in_progress:
-            self.log(f"the held-out evaluation still playing after {timeout_s:.0f} s at the end of the run was dropped")
-            self.cancel()
-        return entry
-
-    def _wait(self, learner, give_up: Callable[[], bool]) -> dict | None:
-        """`collect` in short waits (a process that died is noticed at once) until a result or `give_up()`."""
-        while self.in_progress and not give_up():
+        while self.in_progress and time.perf_counter() < deadline:
             entry = self.collect(learner, wait_s=0.1)
             if entry is not None:
                 return entry
+        if self.in_progress:
+            self.log(f"the held-out evaluation still playing after {timeout_s:.0f} s at the end of the run was dropped")
+            self.cancel()
         return None
 
     def cancel(self) -> None:
