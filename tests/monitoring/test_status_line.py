@@ -1,6 +1,9 @@
 """The terminal status line: a log line printed while it is drawn erases it first, so the two are never mixed."""
 
 import io
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 from trackmania_rl.learner.train_loop import log
@@ -43,3 +46,31 @@ def test_a_status_line_written_to_a_log_file_is_never_erased(capsys):
     status.update(_learner())
     log("a line")
     assert file.getvalue().startswith("[status] frames 1,234") and ERASE not in file.getvalue()
+
+
+def _output_of_a_process_logging(stdout) -> None:
+    """A real process sharing the learner's output (as a collector or a rank does) printing one log line."""
+    code = "from trackmania_rl.monitoring.status_line import print_line; print_line('[collector 3] restarted')"
+    subprocess.run([sys.executable, "-c", code], stdout=stdout, check=True, timeout=60)
+
+
+def test_a_process_sharing_the_terminal_erases_the_status_line_before_its_log_line():
+    leader, follower = os.openpty()  # a real terminal, as the learner's is
+    try:
+        _output_of_a_process_logging(follower)
+        os.close(follower)
+        follower = None
+        output = b""
+        while b"\n" not in output:
+            output += os.read(leader, 1024)
+    finally:
+        for fd in (leader, follower):
+            if fd is not None:
+                os.close(fd)
+    assert output.replace(b"\r\n", b"\n") == (ERASE + "[collector 3] restarted\n").encode()
+
+
+def test_a_process_writing_to_a_log_file_prints_its_line_alone(tmp_path):
+    with open(tmp_path / "run.log", "wb") as file:
+        _output_of_a_process_logging(file)
+    assert (tmp_path / "run.log").read_bytes() == b"[collector 3] restarted\n"

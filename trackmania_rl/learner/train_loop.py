@@ -21,7 +21,7 @@ from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.run_folder import LIVE_CONFIG, RunLock, StopSignals, install_live_config, move_run_aside, validate_run_name
 from trackmania_rl.learner.sources import Pacing, SourceContext, build_sources, games_on_this_machine, remote_source_names
 from trackmania_rl.learner.training_thread import TrainingThread
-from trackmania_rl.monitoring.status_line import StatusLine, clear_shown
+from trackmania_rl.monitoring.status_line import StatusLine, print_line
 from trackmania_rl.monitoring.tensorboard import RunLogger
 from trackmania_rl.rollouts.source import RolloutSource
 
@@ -54,8 +54,7 @@ def _resolve(path, default) -> Path:
 
 
 def log(message: str) -> None:
-    clear_shown()  # a line written onto the terminal's status line would be mixed with it
-    print(f"[learner] {message}", flush=True)
+    print_line(f"[learner] {message}")
 
 
 def run_folders(options: TrainOptions, user) -> tuple[Path, Path]:

@@ -32,6 +32,7 @@ from trackmania_rl.learner_group.rendezvous import GroupConnection, LearnerGroup
 from trackmania_rl.learner_group.shards import ShardTransfer
 from trackmania_rl.learner_group.start_state import send_start_state
 from trackmania_rl.learner_group.training_thread import GroupTrainingThread
+from trackmania_rl.monitoring.status_line import print_line
 
 START_TIMEOUT_S = 300.0  # ranks import torch, build their learner and start their collectors: slow on a busy machine
 CHECK_PERIOD_S = 1.0  # how often the store's signs of life and failure reports are read
@@ -343,4 +344,4 @@ def learner_group_for(options) -> tuple[object, LearnerGroup | None]:
 
 
 def _log(message: str) -> None:
-    print(f"[learner] {message}", flush=True)
+    print_line(f"[learner] {message}")

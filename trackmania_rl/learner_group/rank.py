@@ -44,6 +44,7 @@ from trackmania_rl.learner_group.rendezvous import GroupConnection, LearnerGroup
 from trackmania_rl.learner_group.shards import reset_rank_counters, send_shard
 from trackmania_rl.learner_group.start_state import receive_start_state
 from trackmania_rl.learner_group.training_thread import GroupTrainingThread
+from trackmania_rl.monitoring.status_line import print_line
 from trackmania_rl.rollouts.local.collector import die_with_parent
 from trackmania_rl.serialization import atomic_write_bytes
 
@@ -107,7 +108,7 @@ def run_rank(spec: dict) -> int:
     rank = spec["rank"]
 
     def log(message: str) -> None:
-        print(f"[rank {rank}] {message}", flush=True)
+        print_line(f"[rank {rank}] {message}")
 
     workdir = Path(tempfile.mkdtemp(prefix=f"tmrl_rank{rank}_", dir=spec.get("workdir_parent")))  # its config, its shards
     store = None

@@ -1,12 +1,23 @@
 """The one-line terminal status shown while training (redrawn in place at most once per second). A log line
-printed while it is shown would be written onto it: `clear_shown()` before printing one (the learner's `log` does)."""
+printed while it is shown would be written onto it: every process that shares the learner's terminal (the learner,
+its collectors, a learner group's ranks) prints its log lines with `print_line`, which erases it first."""
 
 from __future__ import annotations
 
 import sys
 import time
 
+ERASE_LINE = "\r\033[K"  # back to the line's start, then erase to its end
 _drawn: StatusLine | None = None  # the status line drawn on the terminal now, if any
+
+
+def print_line(text: str, stream=None) -> None:
+    """Print one log line on a terminal line of its own: the status line drawn there is erased first, whether this
+    process drew it or the learner's process did (its next update draws it again below the line)."""
+    stream = sys.stdout if stream is None else stream
+    clear_shown()  # this process's own, forgotten as drawn
+    stream.write((ERASE_LINE if stream.isatty() else "") + text + "\n")
+    stream.flush()
 
 
 def clear_shown() -> None:
@@ -47,7 +58,7 @@ class StatusLine:
         self._last_batches, self._last_time, self._last = learner.stats.batches_done, now, now
         if self.redraw:
             global _drawn
-            self.stream.write("\r\033[K" + self.text(learner, batches_per_s))
+            self.stream.write(ERASE_LINE + self.text(learner, batches_per_s))
             self._shown, _drawn = True, self
         else:
             self.stream.write("[status] " + self.text(learner, batches_per_s) + "\n")
@@ -56,7 +67,7 @@ class StatusLine:
     def clear(self) -> None:
         global _drawn
         if self._shown:
-            self.stream.write("\r\033[K")
+            self.stream.write(ERASE_LINE)
             self.stream.flush()
             self._shown = False
         if _drawn is self:

@@ -22,6 +22,7 @@ import torch
 
 from trackmania_rl.agents.acting import use_acting_torch_settings
 from trackmania_rl.config.live import LiveConfig, last_good_path_for
+from trackmania_rl.monitoring.status_line import print_line
 from trackmania_rl.rollouts.packed_race import pack_race
 from trackmania_rl.rollouts.race import RacePlayer, producer_seed
 
@@ -78,7 +79,7 @@ def collector_main(
     producer = first_producer + index
 
     def log(message: str) -> None:
-        print(f"[collector {producer}] {message}", flush=True)
+        print_line(f"[collector {producer}] {message}")
 
     # A restart while the run's config file is broken starts from the last text that loaded (kept beside
     # the file by every collector): no crash loop, and the learner keeps its previous config too (DESIGN §6).

@@ -21,12 +21,14 @@ import os
 
 import torch
 
+from trackmania_rl.monitoring.status_line import print_line
+
 LOCK_STEP_S = 5.0  # how long to wait on the lock before looking at its holder
 NO_HOLDER = 0
 
 
 def _log(message: str) -> None:
-    print(f"[shared network {os.getpid()}] {message}", flush=True)
+    print_line(f"[shared network {os.getpid()}] {message}")
 
 
 def pid_alive(pid: int) -> bool:
