@@ -19,9 +19,15 @@ mkdir -p "$run/by_minute"
 curve="$run/by_minute/held_out.jsonl"
 : > "$curve"
 for dir in "$run"/at-minute-*/; do
-    minute=$(basename "$dir" | sed 's/^at-minute-0*//')
+    name=$(basename "$dir")
+    # the folder's name is data (a received run may name it anything): a number, handed over as an argument
+    if [[ ! $name =~ ^at-minute-[0-9]+(\.[0-9]+)?$ ]]; then
+        echo "skipped $dir: not a kept-weights folder name (at-minute-MMM)" >&2
+        continue
+    fi
     python scripts/evaluate.py --weights "$dir/weights_online.torch" --seeds 100-109 --rules training --workers "$workers" \
-        | tail -n 1 | python -c "import json, sys; s = json.loads(sys.stdin.read()); s['minute'] = float($minute); print(json.dumps(s))" >> "$curve"
+        | tail -n 1 | python -c 'import json, sys; s = json.loads(sys.stdin.read()); s["minute"] = float(sys.argv[1]); print(json.dumps(s))' \
+            "${name#at-minute-}" >> "$curve"
 done
 weights="$run/at-minute-$test_minute/weights_online.torch"
 if [ -f "$weights" ]; then

@@ -8,7 +8,8 @@
 #    MINUTES and 12 s (so that the minute-MINUTES weights are kept before the stop), its online weights kept at every
 #    minute (the one setting added to config_files/config.py: bookkeeping, not learning). OUT/run.tar.gz holds the
 #    run's log, its TensorBoard events and its last checkpoint's stats.json (logs/), and save/gpu_box: held_out.jsonl
-#    and the kept weights, not its buffers; over 15 MiB (a 10-minute run) it comes as parts run.tar.gz.00, .01, ...;
+#    and the kept weights (data only: not its buffers, nor its live config, token or lock); over 15 MiB (a 10-minute
+#    run) it comes as parts run.tar.gz.00, .01, ...;
 # 3. `benchmark.py learner --device cuda --quick` (graph and eager step, overhead ratios, the step by batch size)
 #    and `benchmark.py absorb --device cuda --quick` (how many collectors' races the learner takes and learns from);
 # 4. unless SKIP_EVALUATION=1: scripts/evaluate_minutes.sh on the kept weights (the held-out curve by minute, the
@@ -83,7 +84,8 @@ pack() {  # the checkpoints stay (buffers: GBs); their last stats.json (frames, 
     last=$(ls -d "$work"/save/gpu_box/checkpoints/*/ 2>/dev/null | tail -n 1)
     if [ -n "$last" ]; then cp "$last/stats.json" "$work/logs/last_checkpoint_stats.json"; fi
     rm -f "$out"/run.tar.gz*
-    tar czf "$out/run.tar.gz" -C "$work" --exclude checkpoints --exclude best save/gpu_box logs
+    tar czf "$out/run.tar.gz" -C "$work" --exclude checkpoints --exclude best --exclude config_live.py \
+        --exclude .config_live.last_good.py --exclude http_token --exclude .lock save/gpu_box logs
     # a device call brings back files of at most 16 MiB: a longer run's kept weights (1.7 MB a minute) come in parts,
     # joined by `cat run.tar.gz.* > run.tar.gz`
     if [ "$(stat -c %s "$out/run.tar.gz")" -gt $((15 * 1024 * 1024)) ]; then

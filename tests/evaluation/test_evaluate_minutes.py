@@ -1,0 +1,36 @@
+"""scripts/evaluate_minutes.sh: a run's kept weights on the held-out tracks, one line per minute; a folder's name is
+read as a minute only when it is one, never run as code (a run may come from another machine)."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models" / "carracing_default"
+
+
+def _kept_weights(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    shutil.copy(MODEL / "weights.torch", folder / "weights_online.torch")
+    shutil.copy(MODEL / "settings.json", folder / "settings.json")
+
+
+@pytest.mark.slow
+def test_each_kept_minute_is_evaluated_and_a_folder_name_is_never_run(tmp_path):
+    run = tmp_path / "run"
+    _kept_weights(run / "at-minute-7.5")
+    marker = tmp_path / "name_was_run"
+    _kept_weights(run / f"at-minute-1);open('{marker}','w');(1")  # what pasting the name into Python would run
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "evaluate_minutes.sh"), str(run), "2", "99"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    assert "not a kept-weights folder name" in result.stderr
+    (line,) = (run / "by_minute" / "held_out.jsonl").read_text().splitlines()
+    summary = json.loads(line)
+    assert summary["minute"] == 7.5 and summary["races"] == 10 and summary["rules"] == "training"
+    assert not list(run.glob("minute_*"))  # no minute 99 kept: no test-track evaluation
