@@ -25,7 +25,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", choices=SUITES + OPTIONAL_SUITES + SEPARATE_SUITES + ("all",))
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, figures are noisier)")
-    device_help = "torch device of the learner's train step (learner and absorb suites): cpu (default) or cuda[:i]"
+    device_help = "torch device of the learner's train step (learner and absorb suites): cpu (default), cuda[:i] or auto (cuda if present)"
     parser.add_argument("--device", default="cpu", help=device_help)
     args = parser.parse_args(argv)
     try:

@@ -12,6 +12,7 @@ from trackmania_rl.learner.run_folder import (
     LIVE_CONFIG,
     LOCK_FILE,
     InvalidRunName,
+    RunFolderError,
     RunLock,
     RunLocked,
     StopSignals,
@@ -181,4 +182,34 @@ def test_bad_machine_settings_are_refused_before_anything_starts(tmp_path, setti
     result = subprocess.run([sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=180)
     assert result.returncode == 2, result.stderr
     assert named in result.stderr and "Traceback" not in result.stderr
+    # nothing of a run is left: a start with a good --config is a new run, not a resume of this refused one
+    assert not (tmp_path / "save" / "carracing_default" / "config_live.py").exists()
     assert not (tmp_path / "save" / "carracing_default" / "checkpoints").exists()
+
+
+def test_a_refused_fresh_start_leaves_the_previous_run_where_it_was(tmp_path):
+    from tests.faults.helpers import TRAIN
+    from tests.helpers import write_config
+    from trackmania_rl.config.loader import load_user_config
+
+    folders = ["--save-dir", str(tmp_path / "save"), "--tensorboard-dir", str(tmp_path / "tb")]
+    options = train_loop.TrainOptions(run_name="kept", save_dir=tmp_path / "save", tensorboard_dir=tmp_path / "tb")
+    lock, run_dir, _, live_path = train_loop.open_run(options, load_user_config())
+    lock.release()
+    before = live_path.read_text()
+    bad = write_config(tmp_path, "\ncollectors_count = 0\n")  # no rollout source: refused after the config loads
+    args = ["--run-name", "kept", "--fresh", "--config", str(bad), *folders]
+    result = subprocess.run([sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "no rollout source" in result.stderr, result.stderr
+    assert live_path.read_text() == before and list((tmp_path / "save").iterdir()) == [run_dir]  # not moved aside
+
+
+@pytest.mark.parametrize("option", ["save_dir", "tensorboard_dir"])
+def test_a_file_given_as_a_folder_is_refused_naming_the_option(tmp_path, option):
+    from trackmania_rl.config.loader import load_user_config
+
+    (tmp_path / "file").write_text("not a folder")
+    folders = {"save_dir": tmp_path / "save", "tensorboard_dir": tmp_path / "tb", option: tmp_path / "file" / "below"}
+    with pytest.raises(RunFolderError, match=f"--{option.replace('_', '-')} .*file is a file, not a folder"):
+        train_loop.run_folders(train_loop.TrainOptions(run_name="r", **folders), load_user_config())
+    assert not (tmp_path / "save").exists() and not (tmp_path / "tb").exists()

@@ -69,6 +69,17 @@ def validate_run_name(name) -> str:
     return name
 
 
+def check_folder_can_be_used(folder: Path, named_by: str) -> None:
+    """RunFolderError naming the option or setting (`named_by`) when `folder` is not a folder this process can write
+    in, nor can become one: a file on its path, or no write permission where it would be made."""
+    existing = next(path for path in (folder, *folder.parents) if path.exists())
+    if not existing.is_dir():
+        raise RunFolderError(f"{named_by} {folder}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        action = "write in it" if existing == folder else f"make it ({existing} is not writable)"
+        raise RunFolderError(f"{named_by} {folder}: this user cannot {action}")
+
+
 # -------------------------------------------------------------------------------------------------- lock
 class RunLock:
     """An exclusive lock on `run_dir/.lock`, released by `release()` or by the kernel when the process dies.

@@ -7,6 +7,7 @@ never loads them. Several sources are combined into one (rollouts/source.py: Com
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,34 +78,53 @@ def games_on_this_machine(options, cfg, collectors_count: int) -> int:
     return games
 
 
-def _missing_extra(extra: str, error: ImportError) -> ConfigError:
-    return ConfigError(f'this run needs the optional "{extra}" install ({error}); install it with: pip install -e ".[{extra}]"')
+def _source_module(extra: str):
+    """The module of a remote source (rollouts/ray or rollouts/http), ConfigError naming the pip command when its
+    optional install is missing (the default install has neither Ray nor a web server)."""
+    try:
+        return importlib.import_module(f"trackmania_rl.rollouts.{extra}.source")
+    except ImportError as e:
+        raise ConfigError(f'this run needs the optional "{extra}" install ({e}); install it with: pip install -e ".[{extra}]"') from None
+
+
+def check_source_settings(options, cfg, collectors_count: int | str) -> None:
+    """The sources as configured, refused with a ConfigError naming the problem before any is built (and, at a start,
+    before the run folder changes): no source at all, a remote source whose install is missing, Ray without actors
+    or at an address nothing answers at."""
+    address, listen = ray_address(options, cfg), http_listen(options, cfg)
+    if collectors_count == 0 and address is None and listen is None:
+        raise ConfigError("no rollout source: collectors_count is 0 and neither ray_address (--ray) nor http_listen (--listen) is set")
+    if listen is not None:
+        _source_module("http")
+    if address is not None:
+        _source_module("ray")
+        actors = options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
+        if actors < 1:
+            raise ConfigError(f"ray_actors is {actors} with ray_address {address!r}: give --ray-actors N (N >= 1) or set ray_actors")
+        if address != "auto":
+            from trackmania_rl.rollouts.ray.cluster import ClusterError, check_answers
+
+            try:
+                check_answers(address)
+            except ClusterError as e:
+                raise ConfigError(f"Ray cluster {address!r} (ray_address / --ray): {e}") from None
 
 
 def build_sources(context: SourceContext, collectors_count: int, producers: int | None = None) -> RolloutSource:
     """The run's rollout source: the local collectors (if any), then the remote sources configured, as one. A learner
     group's rank 0 runs the first `collectors_count` of the run's `producers` local collectors."""
+    cfg, options = context.live.current, context.options
+    check_source_settings(options, cfg, collectors_count)
     sources: list[RolloutSource] = []
     if collectors_count > 0:
         sources.append(local_source(context, collectors_count, 0, producers))
-    cfg, options = context.live.current, context.options
     producers_so_far = producers if producers is not None else collectors_count  # the map cycle's shares taken
     if ray_address(options, cfg) is not None:
-        try:
-            from trackmania_rl.rollouts.ray.source import make_ray_source
-        except ImportError as e:
-            raise _missing_extra("ray", e) from None
-        ray_source = make_ray_source(context, local_producers=producers_so_far)
+        ray_source = _source_module("ray").make_ray_source(context, local_producers=producers_so_far)
         sources.append(ray_source)
         producers_so_far = ray_source.producers  # the local collectors and the actors
     if http_listen(options, cfg) is not None:
-        try:
-            from trackmania_rl.rollouts.http.source import make_http_source
-        except ImportError as e:
-            raise _missing_extra("http", e) from None
-        sources.append(make_http_source(context, http_listen(options, cfg), first_producer=producers_so_far))
-    if not sources:
-        raise ConfigError("no rollout source: collectors_count is 0 and neither ray_address (--ray) nor http_listen (--listen) is set")
+        sources.append(_source_module("http").make_http_source(context, http_listen(options, cfg), first_producer=producers_so_far))
     return sources[0] if len(sources) == 1 else CombinedSources(sources)
 
 

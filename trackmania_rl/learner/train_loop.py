@@ -18,8 +18,23 @@ from trackmania_rl.learner.cores import LearnerThreads, auto_collectors, set_swi
 from trackmania_rl.learner.group_hooks import GroupHooks
 from trackmania_rl.learner.held_out import FINISH_WAIT_S, HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
-from trackmania_rl.learner.run_folder import LIVE_CONFIG, RunLock, StopSignals, install_live_config, move_run_aside, validate_run_name
-from trackmania_rl.learner.sources import Pacing, SourceContext, build_sources, games_on_this_machine, remote_source_names
+from trackmania_rl.learner.run_folder import (
+    LIVE_CONFIG,
+    RunLock,
+    StopSignals,
+    check_folder_can_be_used,
+    install_live_config,
+    move_run_aside,
+    validate_run_name,
+)
+from trackmania_rl.learner.sources import (
+    Pacing,
+    SourceContext,
+    build_sources,
+    check_source_settings,
+    games_on_this_machine,
+    remote_source_names,
+)
 from trackmania_rl.learner.training_thread import TrainingThread
 from trackmania_rl.monitoring.status_line import StatusLine, print_line
 from trackmania_rl.monitoring.tensorboard import RunLogger
@@ -62,13 +77,35 @@ def run_folders(options: TrainOptions, user) -> tuple[Path, Path]:
     name = validate_run_name(options.run_name)
     save_dir = _resolve(options.save_dir, user.save_dir)
     tensorboard_dir = _resolve(options.tensorboard_dir, user.tensorboard_dir)
+    for folder, option, setting in (
+        (save_dir, options.save_dir, "save_dir"),
+        (tensorboard_dir, options.tensorboard_dir, "tensorboard_dir"),
+    ):
+        named_by = f"--{setting.replace('_', '-')}" if option is not None else f"{setting} (config_files/user_config.py)"
+        check_folder_can_be_used(folder / name, named_by)
     return save_dir / name, tensorboard_dir / name
+
+
+def check_start(options: TrainOptions, user, cfg, config_name):
+    """What a start needs of a config and of this machine, checked before anything is moved or written
+    (ConfigError naming the problem): the device, CUDA graphs, the rollout sources. The run's device."""
+    try:
+        device = choose_device(user.device)
+    except ValueError as e:
+        raise ConfigError(f"config_files/user_config.py: {e}") from None
+    try:
+        check_cuda_graphs_setting(cfg.training_cuda_graphs, device)
+    except ValueError as e:
+        raise ConfigError(f"{config_name}: {e}") from None
+    check_source_settings(options, cfg, options.collectors if options.collectors is not None else cfg.collectors_count)
+    return device
 
 
 def open_run(options: TrainOptions, user) -> tuple[RunLock, Path, Path, Path]:
     """Lock the run folder (RunLocked if another trainer holds it: nothing touched), then `--fresh` moves the
-    previous run aside, and the run's live config is set up: copied from `--config` at a fresh start, kept
-    as it is on resume. Returns (lock, run_dir, tb_run_dir, live config path)."""
+    previous run aside, and the run's live config is set up: copied from `--config` at a fresh start (checked
+    first: a refused start moves and writes nothing), kept as it is on resume. Returns (lock, run_dir,
+    tb_run_dir, live config path)."""
     run_dir, tb_run_dir = run_folders(options, user)
     lock = RunLock.acquire(run_dir)
     try:
@@ -76,7 +113,7 @@ def open_run(options: TrainOptions, user) -> tuple[RunLock, Path, Path, Path]:
         config_text = None
         if options.fresh or not live_path.exists():
             config_path = _resolve(options.config, None)
-            load_config(config_path, game_backend=user.game_backend)  # refuse a bad config before anything moves
+            check_start(options, user, load_config(config_path, game_backend=user.game_backend), config_path)
             config_text = config_path.read_text()
             if options.seed is not None:  # the live config records it: a resume keeps it, settings.json shows it
                 config_text += f"\nseed = {options.seed}  # [restart] set by --seed when the run started\n"
@@ -206,14 +243,7 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
             f"run {options.run_name} was started with seed {cfg.seed} ({live_path}); --seed {options.seed} cannot change it. "
             "Resume without --seed, or start another run (--run-name) or over (--fresh)"
         )
-    try:
-        device = choose_device(user.device)
-    except ValueError as e:
-        raise ConfigError(f"config_files/user_config.py: {e}") from None
-    try:
-        check_cuda_graphs_setting(cfg.training_cuda_graphs, device)
-    except ValueError as e:
-        raise ConfigError(f"{live_path}: {e}") from None
+    device = check_start(options, user, cfg, live_path)  # a resumed run's own config
     layout = float_layout_for(cfg, user.game_backend)
     collectors_count = local_collectors(options, cfg, device)
     context = SourceContext(options, live, live_path, user.game_backend, layout, run_dir, log)

@@ -130,3 +130,19 @@ def test_more_actors_than_the_cluster_has_cpus_is_refused_with_the_numbers(ray_h
     with pytest.raises(ConfigError, match=r"--ray-actors 3: the Ray cluster at .* has 2 CPU\(s\)"):
         make_ray_source(context)
     assert ray.is_initialized()  # the connection it found is left as it was
+
+
+def test_a_run_given_an_address_nothing_answers_at_is_refused_at_once_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.faults.helpers import TRAIN
+    from trackmania_rl.rollouts.ray.cluster import free_port
+
+    address = f"127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
+    args = ["--ray", address, "--ray-actors", "1", "--save-dir", str(tmp_path / "save"), "--tensorboard-dir", str(tmp_path / "tb")]
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(TRAIN), *args, "--max-minutes", "1"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and f"nothing answers at {address}" in result.stderr, result.stderr
+    assert time.monotonic() - started < 60  # not Ray's own minute-long retries
+    assert not (tmp_path / "save" / "carracing_default" / "config_live.py").exists()

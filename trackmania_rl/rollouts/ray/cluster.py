@@ -60,6 +60,22 @@ def port_open(host: str, port: int) -> bool:
         return False
 
 
+def check_answers(address: str, wait_s: float = 3.0) -> None:
+    """ClusterError naming `address` (HOST:PORT) when nothing there accepts a connection within `wait_s`: ray.init
+    would retry it for a minute or more with a warning a second. Other address forms are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return
+    deadline = time.monotonic() + wait_s
+    while not port_open(host.strip("[]"), int(port)):
+        if time.monotonic() >= deadline:
+            raise ClusterError(
+                f"nothing answers at {address}: start the cluster's head there (ray start --head --port {port}) "
+                "or give the address its head printed"
+            )
+        time.sleep(0.2)
+
+
 def use_token_file(path: Path) -> None:
     """Make this process (and the processes it starts) authenticate with the token in `path`."""
     os.environ.update(RAY_ENVIRONMENT)
@@ -187,6 +203,7 @@ def connect(address: str, node_ip: str | None = None) -> None:
     stay as they were: ray.init puts in a SIGTERM handler of its own that exits at once, before the run's final save."""
     import ray
 
+    check_answers(address)
     host = address.rpartition(":")[0]
     if node_ip is None and host.startswith("127."):
         node_ip = host  # a loopback cluster: find the local node by the address it was started with

@@ -357,12 +357,11 @@ def _nodes_summary() -> str:
 def make_ray_source(context, local_producers: int = 0) -> RaySource:
     """The source for `--ray auto|ADDRESS` and `--ray-actors N` (or ray_address / ray_actors), connected, not started;
     its actors come after the run's `local_producers` local collectors in the map cycle's shares. ConfigError (nothing
-    left running) when the cluster cannot be reached or has fewer CPUs than actors."""
+    left running) when the cluster cannot be reached or has fewer CPUs than actors (a count below 1 is refused
+    before: learner/sources.check_source_settings)."""
     cfg, options = context.live.current, context.options
     address = options.ray if getattr(options, "ray", None) is not None else cfg.ray_address
     actors = options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
-    if actors < 1:
-        raise ConfigError(f"ray_actors is {actors} with ray_address {address!r}: give --ray-actors N (N >= 1) or set ray_actors")
     local_cluster = None
     connected_here = not ray.is_initialized()
     try:
