@@ -74,3 +74,37 @@ def test_a_process_writing_to_a_log_file_prints_its_line_alone(tmp_path):
     with open(tmp_path / "run.log", "wb") as file:
         _output_of_a_process_logging(file)
     assert (tmp_path / "run.log").read_bytes() == b"[collector 3] restarted\n"
+
+
+LOG_AFTER_STDIN_ENDS = """
+import sys
+from pathlib import Path
+from trackmania_rl.monitoring.status_line import StatusLine, print_line
+print_line("first")
+sys.stdin.read()  # until the test has closed its end of the output
+for i in range(100):
+    print_line(f"[collector 0] line {i}")
+Path(sys.argv[1]).write_text("went on")
+"""
+
+
+def test_a_process_whose_output_reader_left_goes_on_and_exits_0(tmp_path):
+    marker = tmp_path / "marker"
+    process = subprocess.Popen(
+        [sys.executable, "-c", LOG_AFTER_STDIN_ENDS, str(marker)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout.readline() == b"first\n"
+    process.stdout.close()  # as `train.py | head -1` does after its line
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 0 and marker.read_text() == "went on", err.decode()
+    assert err == b""  # no BrokenPipeError, not even at the interpreter's exit
+
+
+def test_a_process_started_with_stdout_closed_goes_on_and_exits_0(tmp_path):
+    marker = tmp_path / "marker"
+    command = f"{sys.executable} -c '{LOG_AFTER_STDIN_ENDS}' {marker} >&- < /dev/null"
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and marker.read_text() == "went on", result.stderr

@@ -256,7 +256,8 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     log(set_switch_interval(device))
     # One torch thread per core left over by the games on this machine, more while paced collectors idle (cores.py)
     run.threads = run.group.learner_threads(os.cpu_count() or 1, games_on_this_machine(options, cfg, collectors_count))
-    run.logger = RunLogger(tb_run_dir, resolved_config={**cfg.settings(), "collectors_count": collectors_count, "device": str(device)})
+    settings = {**cfg.settings(), "collectors_count": collectors_count, "device": str(device)}
+    run.logger = RunLogger(tb_run_dir, resolved_config=settings, log=log)
     run.learner = run.group.make_learner(live, layout, device, run_dir, source, run.logger, log)
     run.held_out = HeldOutEvaluation(run_dir, user.game_backend, log, run.logger)
     run.live = live

@@ -4,6 +4,7 @@ its collectors, a learner group's ranks) prints its log lines with `print_line`,
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -16,8 +17,39 @@ def print_line(text: str, stream=None) -> None:
     process drew it or the learner's process did (its next update draws it again below the line)."""
     stream = sys.stdout if stream is None else stream
     clear_shown()  # this process's own, forgotten as drawn
-    stream.write((ERASE_LINE if stream.isatty() else "") + text + "\n")
-    stream.flush()
+    _write(stream, (ERASE_LINE if _is_terminal(stream) else "") + text + "\n")
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no stream (stdout closed at start), or a closed one
+        return False
+
+
+def _write(stream, text: str) -> None:
+    """Write and flush. An output that is gone (the pipe's reader left, as `| head` does; stdout closed) is let go:
+    a run never stops, nor loses its final save, for its console."""
+    if stream is None:
+        return
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):
+        _let_go(stream)
+
+
+def _let_go(stream) -> None:
+    """Point the stream's file at /dev/null: what it still buffers, what is written later and the interpreter's
+    flush at exit all succeed there, unseen."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no file behind it (a closed or in-memory stream): nothing to point
+        pass
 
 
 def clear_shown() -> None:
@@ -30,7 +62,7 @@ class StatusLine:
     def __init__(self, enabled: bool = True, stream=sys.stdout):
         # a terminal gets the line redrawn every second; a log file gets a new line every 30 s
         self.enabled = enabled
-        self.redraw = stream.isatty()
+        self.redraw = _is_terminal(stream)
         self.period_s = 1.0 if self.redraw else 30.0
         self.stream = stream
         self._last = 0.0
@@ -58,17 +90,15 @@ class StatusLine:
         self._last_batches, self._last_time, self._last = learner.stats.batches_done, now, now
         if self.redraw:
             global _drawn
-            self.stream.write(ERASE_LINE + self.text(learner, batches_per_s))
+            _write(self.stream, ERASE_LINE + self.text(learner, batches_per_s))
             self._shown, _drawn = True, self
         else:
-            self.stream.write("[status] " + self.text(learner, batches_per_s) + "\n")
-        self.stream.flush()
+            _write(self.stream, "[status] " + self.text(learner, batches_per_s) + "\n")
 
     def clear(self) -> None:
         global _drawn
         if self._shown:
-            self.stream.write(ERASE_LINE)
-            self.stream.flush()
+            _write(self.stream, ERASE_LINE)
             self._shown = False
         if _drawn is self:
             _drawn = None
