@@ -117,3 +117,20 @@ def test_live_config_starts_with_the_last_good_text_when_its_file_is_broken(tmp_
     path.write_text("batch_size = (\n")
     with pytest.raises(ConfigError, match="does not parse"):  # no last good text: nothing to fall back on
         LiveConfig(path, last_good_path=last_good)
+
+
+def test_a_live_config_whose_folder_is_replaced_by_a_file_keeps_the_previous_config(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "config_live.py"
+    shutil.copy(CONFIG_DIR / "config.py", path)
+    messages = []
+    live = LiveConfig(path, log=messages.append, last_good_path=run / ".config_live.last_good.py")
+    before = live.current
+    shutil.rmtree(run)
+    run.write_text("a file where the run folder was")  # every path below it now fails with NotADirectoryError
+
+    assert not live.reload() and live.current is before
+    assert any("refused" in m for m in messages), messages
+    assert not live.reload()  # and once more: still no crash, no new line
+    assert len(messages) == 1

@@ -73,13 +73,15 @@ class LiveConfig:
         except OSError as e:
             self.log(f"could not keep a copy of the config in {self.last_good_path}: {e}")
         finally:
-            if tmp.exists():
-                tmp.unlink()
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:  # its folder gone or unwritable: there is no copy to remove
+                pass
 
     def _read_mtime(self):
         try:
             return self.path.stat().st_mtime_ns
-        except FileNotFoundError:
+        except OSError:  # gone, its folder replaced by a file or no longer searchable: the reload refuses it
             return None
 
     def reload(self) -> bool:
