@@ -72,6 +72,14 @@ def test_the_game_contract_does_not_ask_for_policy_versions():
         (lambda e: (e[0], e[1], []), "`meta` must be a dict"),
         (lambda e: ([], e[1], e[2]), "rollout_results must be a dict"),
         (lambda e: (e[0], e[1], {"collector": 0}), "`meta['source']` must name the rollout source, got None"),
+        # what the learner reads of the results and the race facts, of any source: the right type or refused
+        (lambda e: (e[0], {"native_score": "912"}, e[2]), "`end_race_stats['native_score']` must be a finite number"),
+        (lambda e: (e[0], {"race_time": float("nan")}, e[2]), "`end_race_stats['race_time']` must be a finite number"),
+        (lambda e: (e[0], {"instrumentation__game": [1]}, e[2]), "`end_race_stats['instrumentation__game']` must be"),
+        (lambda e: (e[0], {b"race_time": 1}, e[2]), "`end_race_stats` keys must be strings"),
+        (lambda e: (e[0], e[1], {**e[2], "put_time": None}), "`meta['put_time']` must be a finite number"),
+        (lambda e: (e[0], e[1], {**e[2], "map_status": ["trained"]}), "`meta['map_status']` must be one of trained, blind"),
+        (lambda e: (e[0], e[1], {**e[2], "map_name": 3}), "`meta['map_name']` must be a string"),
     ],
 )
 def test_envelope_parts_are_named_when_wrong(envelope, fragment):

@@ -42,9 +42,9 @@ from trackmania_rl.learner.checkpoint import (
 )
 from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.replay.buffers import append_saved_buffer, make_buffers, read_buffer_file, resize_buffers, save_buffer
-from trackmania_rl.replay.experience import fill_buffers, require_road_tiles
+from trackmania_rl.replay.experience import fill_buffers
 from trackmania_rl.replay.storage import InvalidBufferFile
-from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, validated_race
+from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, require_road_tiles, validated_race
 
 LEARNER_SEED_BASE = 444
 TRAINING_WINDOW_KEYS = ("loss", "loss_test", "grad_norm", "q_mean")

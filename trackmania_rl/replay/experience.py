@@ -28,7 +28,7 @@ import numpy as np
 from trackmania_rl.games.backend import game_backend
 from trackmania_rl.games.base import ROAD_TILES_TOUCHED
 from trackmania_rl.games.float_layout import FloatLayout
-from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, StackedSteps, validate_rollout
+from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, StackedSteps, require_road_tiles, validate_rollout
 
 
 @dataclass
@@ -154,12 +154,6 @@ def off_road_penalties(state_float: np.ndarray, layout: FloatLayout, cfg) -> np.
         return np.zeros(max(0, len(state_float) - 1))
     off_road = game_backend(cfg.game_backend).off_road_fraction(layout, state_float[1:])
     return -float(cfg.off_road_penalty_per_action) * np.asarray(off_road, dtype=np.float64)
-
-
-def require_road_tiles(rollout_results: dict, cfg) -> None:
-    """InvalidRollout when the run pays road tiles and the rollout does not count them."""
-    if cfg.reward_per_new_road_tile != 0 and ROAD_TILES_TOUCHED not in rollout_results:
-        raise InvalidRollout(f"rollout_results lacks `{ROAD_TILES_TOUCHED}`, which reward_per_new_road_tile needs")
 
 
 def road_tile_rewards(rollout_results: dict, cfg) -> np.ndarray:

@@ -35,6 +35,14 @@ FURTHEST_ZONE = "furthest_zone_idx"
 RACE_TIME = "race_time"  # present only when the race was finished
 
 
+# what the learner reads of a race's end_race_stats and meta besides the source's name (learner.py): checked here, so
+# that no source can stop the learner with a wrong type; the other entries pass as they are
+RACE_STAT_NUMBERS = ("race_time", "race_time_for_ratio", "native_score", "progress_fraction")
+INSTRUMENTATION_PREFIX = "instrumentation__"  # end_race_stats: a collector stage's ns per action
+META_NUMBERS = ("rollout_duration_s", "put_time")
+MAP_STATUSES = ("trained", "blind")
+
+
 class InvalidRollout(ValueError):
     """The rollout or its envelope breaks the contract; the message names the key and the step."""
 
@@ -79,6 +87,7 @@ def validated_race(envelope, shape: RolloutShape) -> tuple[Envelope, StackedStep
             raise InvalidRollout(f"`{name}` must be a dict, got {type(part).__name__}")
     if not isinstance(meta.get("source"), str) or not meta["source"]:
         raise InvalidRollout(f"`meta['source']` must name the rollout source, got {meta.get('source')!r}")
+    _check_race_facts(end_race_stats, meta)
     steps = validate_rollout(rollout_results, shape.frame_shape, shape.float_dim, shape.n_actions)
     versions = rollout_results.get(POLICY_VERSION)
     if not isinstance(versions, (list, tuple)):
@@ -89,6 +98,34 @@ def validated_race(envelope, shape: RolloutShape) -> tuple[Envelope, StackedStep
     if versions.size and (not np.issubdtype(versions.dtype, np.integer) or versions.min() < 0):
         raise InvalidRollout(f"`{POLICY_VERSION}` must hold integers >= 0, got {versions.dtype} values from {versions.min()}")
     return Envelope(rollout_results, end_race_stats, meta), steps
+
+
+def _check_race_facts(end_race_stats: dict, meta: dict) -> None:
+    """String keys, and the entries the learner reads of the right type (RACE_STAT_NUMBERS...)."""
+    for name, part in (("end_race_stats", end_race_stats), ("meta", meta)):
+        for key in part:
+            if not isinstance(key, str):
+                raise InvalidRollout(f"`{name}` keys must be strings, got {type(key).__name__} {key!r}")
+    for key, value in end_race_stats.items():
+        if (key in RACE_STAT_NUMBERS or key.startswith(INSTRUMENTATION_PREFIX)) and not _finite_number(value):
+            raise InvalidRollout(f"`end_race_stats['{key}']` must be a finite number, got {value!r}")
+    for key in META_NUMBERS:
+        if key in meta and not _finite_number(meta[key]):
+            raise InvalidRollout(f"`meta['{key}']` must be a finite number, got {meta[key]!r}")
+    if "map_status" in meta and meta["map_status"] not in MAP_STATUSES:
+        raise InvalidRollout(f"`meta['map_status']` must be one of {', '.join(MAP_STATUSES)}, got {meta['map_status']!r}")
+    if "map_name" in meta and not isinstance(meta["map_name"], str):
+        raise InvalidRollout(f"`meta['map_name']` must be a string, got {type(meta['map_name']).__name__}")
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and bool(np.isfinite(value))
+
+
+def require_road_tiles(rollout_results: dict, cfg) -> None:
+    """InvalidRollout when the run pays road tiles and the rollout does not count them."""
+    if cfg.reward_per_new_road_tile != 0 and ROAD_TILES_TOUCHED not in rollout_results:
+        raise InvalidRollout(f"rollout_results lacks `{ROAD_TILES_TOUCHED}`, which reward_per_new_road_tile needs")
 
 
 def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_actions: int) -> StackedSteps:

@@ -134,6 +134,39 @@ def test_status_codes_of_rollouts(served):
     assert served.source.refused["repeated"] == 2 and served.source.refused["stale"] == 1
 
 
+def _tampered(served, cid: int, change) -> bytes:
+    """A valid race body, unpacked, changed by `change` and packed again: what a client of any language may send."""
+    body = wire.unpack(served.body(cid), max_bin_len=1 << 24)
+    change(body)
+    return wire.pack(body)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (lambda b: b["end_race_stats"].update({"native_score": "abc"}), b"native_score"),
+        (lambda b: b["end_race_stats"].update({"race_time_for_ratio": "abc"}), b"race_time_for_ratio"),
+        (lambda b: b["end_race_stats"].update({"instrumentation__game_ns": None}), b"instrumentation__game_ns"),
+        (lambda b: b["end_race_stats"].update({b"bytes key": 1}), b"keys must be strings"),
+        (lambda b: b["meta"].update({"rollout_duration_s": "abc"}), b"rollout_duration_s"),
+        (lambda b: b["meta"].update({"map_status": "elsewhere"}), b"map_status"),
+        (lambda b: b["race"].pop("road_tiles_touched"), b"road_tiles_touched"),
+        (lambda b: b["race"].update(state_float={"dtype": "<f4", "shape": [0, 2**64 - 1], "data": b""}), b"race.state_float"),
+        (
+            lambda b: b["race"].update(car_gear_and_wheels=wire.encode_array(np.zeros((6, 65), np.float32))),
+            b"car_gear_and_wheels",
+        ),
+    ],
+)
+def test_a_race_the_learner_could_not_use_is_refused_at_the_door_naming_the_field(served, change, named):
+    http = served.client()
+    cid = http.register()
+    status, data = http.request("POST", "/v1/rollouts", _tampered(served, cid, change), "application/msgpack")
+    assert status == 422 and named in data, (status, data)
+    assert served.drain() == [] and served.source.refused["invalid"] == 1
+    assert http.request("POST", "/v1/rollouts", served.body(cid), "application/msgpack")[0] == 202  # the server goes on
+
+
 def test_queue_full_is_429_and_paused_beyond_the_tolerance(served):
     http = served.client()
     cid = http.register()

@@ -35,6 +35,7 @@ def test_big_endian_goes_on_the_wire_little_endian():
         ({"dtype": "<f4", "shape": [3], "data": b"\x00" * 8}, "data bytes"),
         ({"dtype": "<f4", "shape": [-1], "data": b""}, "shape"),
         ({"dtype": "<f4", "shape": [1, 1, 1, 1, 1], "data": b"\x00" * 4}, "shape"),
+        ({"dtype": "<f4", "shape": [0, 2**64 - 1], "data": b""}, "shape"),  # no data, a dimension numpy refuses
         ({"dtype": "<f4", "shape": [1], "data": "text"}, "bin"),
         ({"dtype": "|b1", "shape": [1], "data": b"\x07"}, "0 or 1"),
         ({"dtype": "<f4", "shape": [1], "data": b"\x00" * 4, "extra": 1}, "typed array"),

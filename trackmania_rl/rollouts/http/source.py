@@ -21,7 +21,7 @@ import torch
 from trackmania_rl.agents import schedules
 from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.config.values import config_to_values
-from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, validate_envelope
+from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, require_road_tiles, validate_envelope
 from trackmania_rl.rollouts.http import onnx_policy, wire
 from trackmania_rl.rollouts.http.clients import ClientTable, TooManyClients
 from trackmania_rl.rollouts.http.server import API_VERSION, ApiError, UvicornThread, bind, build_app, is_loopback, parse_listen
@@ -302,6 +302,7 @@ class HttpSource(RolloutSource):
             race = wire.decode_race(unpacked, self.fields, max_race_states(cfg))
             meta = {**race.meta, "source": SOURCE_NAME, "collector": client_id}
             envelope = validate_envelope((race.rollout_results, race.end_race_stats, meta), self.shape)
+            require_road_tiles(race.rollout_results, cfg)  # the learner would refuse it: the client is told now
         except (wire.WireError, InvalidRollout) as e:
             raise self._refuse("invalid", 422, str(e)) from None
         versions = race.rollout_results["policy_version"]

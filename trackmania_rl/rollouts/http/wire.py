@@ -23,6 +23,8 @@ from trackmania_rl.rollouts.contract import FURTHEST_ZONE, POLICY_VERSION, RACE_
 ARRAY_DTYPES = ("|u1", "|b1", "<i4", "<i8", "<f4", "<f8")
 ARRAY_KEYS = frozenset(("dtype", "shape", "data"))
 MAX_NDIM = 4
+MAX_DIM = 2**31 - 1  # one dimension of a typed array (numpy refuses far larger ones, even with no data)
+MAX_FREE_DIM = 64  # a per-step dimension the run leaves free (car_gear_and_wheels' C)
 MAX_STR_LEN = 1_024  # names, dtypes, meta strings
 MAX_ARRAY_LEN = 4_096  # msgpack array entries: shapes, cp_time lists
 MAX_MAP_LEN = 256  # msgpack map entries: race fields, stats, weight tensors
@@ -85,8 +87,8 @@ def decode_array(value, field: str, dtypes: tuple = ARRAY_DTYPES) -> np.ndarray:
     dtype, shape, data = value["dtype"], value["shape"], value["data"]
     if dtype not in dtypes:
         raise WireError(f"`{field}`: dtype {dtype!r} is not allowed here (allowed: {', '.join(dtypes)})")
-    if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(d) and d >= 0 for d in shape):
-        raise WireError(f"`{field}`: shape must be a list of at most {MAX_NDIM} integers >= 0, got {shape!r}")
+    if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(d) and 0 <= d <= MAX_DIM for d in shape):
+        raise WireError(f"`{field}`: shape must be a list of at most {MAX_NDIM} integers from 0 to {MAX_DIM}, got {shape!r}")
     if not isinstance(data, bytes):
         raise WireError(f"`{field}`: data must be msgpack bin, got {_kind(data)}")
     itemsize = np.dtype(dtype).itemsize
@@ -208,10 +210,10 @@ def decode_race(body: dict, fields: dict[str, FieldSpec], max_states: int) -> De
             raise WireError(f"`race.{name}` is missing")
         array = decode_array(race[name], f"race.{name}", spec.dtypes)
         fits = array.ndim == 1 + len(spec.per_step) and all(
-            d is None or d == n for d, n in zip(spec.per_step, array.shape[1:], strict=True)
+            n <= MAX_FREE_DIM if d is None else d == n for d, n in zip(spec.per_step, array.shape[1:], strict=True)
         )
         if not fits:
-            want = ["steps", *("any" if d is None else d for d in spec.per_step)]
+            want = ["steps", *(f"at most {MAX_FREE_DIM}" if d is None else d for d in spec.per_step)]
             raise WireError(f"`race.{name}`: shape {list(array.shape)} does not fit {want}")
         count = array.shape[0]
         if spec.per_state:
