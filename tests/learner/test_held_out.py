@@ -126,6 +126,26 @@ def test_a_killed_evaluation_process_is_reported_and_the_next_evaluation_gets_a_
         held_out.close()
 
 
+def test_a_hung_evaluation_process_is_stopped_after_its_deadline_and_training_goes_on(tmp_path, monkeypatch):
+    from trackmania_rl.learner import held_out as held_out_module
+
+    monkeypatch.setattr(held_out_module, "START_SLACK_S", 2.0)  # 2 races of 1.6 s game time: a 5.2 s deadline
+    learner, messages = _learner(tmp_path)
+    held_out = HeldOutEvaluation(tmp_path / "run", "carracing", messages.append)
+    try:
+        held_out.start(learner)
+        hung = held_out.worker.pid
+        os.kill(hung, signal.SIGSTOP)  # alive, never answering
+        for _ in range(100):  # the run's main loop: a short look each pass
+            if held_out.collect(learner, wait_s=0.1) is None and not held_out.in_progress:
+                break
+        assert not held_out.in_progress and learner.stats.held_out_evaluations == 1
+        assert "held-out evaluation skipped: no answer after 5 s (its process was stopped); training goes on" in messages
+        assert held_out.worker.pid is None and not os.path.exists(f"/proc/{hung}")
+    finally:
+        held_out.close()
+
+
 def test_a_stop_while_the_races_play_records_nothing(tmp_path):
     learner, _ = _learner(tmp_path)
     held_out = HeldOutEvaluation(tmp_path / "run", "carracing", lambda m: None)

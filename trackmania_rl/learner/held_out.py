@@ -35,6 +35,13 @@ from trackmania_rl.rollouts.greedy import summarise
 
 HELD_OUT_LOG = "held_out.jsonl"
 FINISH_WAIT_S = 120.0  # for the evaluation still playing at the time limit (10 races take 7-20 s)
+START_SLACK_S = 60.0  # an evaluation's allowance beyond its races' game time (process start, a loaded machine)
+
+
+def answer_deadline_s(cfg) -> float:
+    """How long an evaluation may play before it is taken for hung: every race at its overall cut-off, in game time
+    played no faster than real time (CarRacing plays ~10x faster), plus START_SLACK_S."""
+    return START_SLACK_S + len(cfg.held_out_seeds) * cfg.cutoff_rollout_if_race_not_finished_within_duration_ms / 1000
 
 
 def minute_folder(minute: float) -> str:
@@ -79,27 +86,37 @@ class HeldOutEvaluation:
     # ------------------------------------------------------------------------------------ evaluation
     def start(self, learner) -> None:
         """Hand a snapshot of the online weights to the evaluation process; `collect` records its result. The
-        caller keeps the weights still while this copies them (the training thread paused)."""
+        caller keeps the weights still while this copies them (the training thread paused). A process that cannot
+        be started (no memory, no process slots) skips this evaluation, logged: training goes on."""
         cfg = learner.cfg
         network = self._copy_of_online(learner)
         self._snapshot = _Snapshot(
             network, cfg, learner.wall_seconds() / 60, learner.stats.frames_played, learner.stats.batches_done, learner.stats.policy_version
         )
         weights = {name: tensor.numpy() for name, tensor in network.state_dict().items()}
-        self.worker.submit(config_to_values(cfg), weights, cfg.held_out_seeds)
+        try:
+            self.worker.submit(config_to_values(cfg), weights, cfg.held_out_seeds)
+        except OSError as e:
+            self._skip(learner, f"its process could not be started ({e})")
 
     def collect(self, learner, wait_s: float = 0.0) -> dict | None:
         """The evaluation's record once its races are played (waiting up to `wait_s`): logged, appended to the
         run's held_out.jsonl, and its weights saved as the best model if they beat the best so far. None while
-        it plays, and when it failed (logged; training goes on)."""
+        it plays, and when it failed or hung past `answer_deadline_s` (logged, its process stopped; training goes
+        on, the next evaluation starts a new process)."""
         answer = self.worker.result(wait_s)
         if answer is None:
+            deadline = answer_deadline_s(self._snapshot.cfg) if self._snapshot is not None else None
+            if deadline is not None and self.worker.seconds_busy > deadline:
+                self.cancel()
+                self._skip(learner, f"no answer after {deadline:.0f} s (its process was stopped)")
             return None
-        snapshot, self._snapshot = self._snapshot, None
-        learner.stats.held_out_evaluations += 1  # a failed one too: the next one a period later, not at once
+        snapshot = self._snapshot
         if answer.failure is not None:
-            self.log(f"held-out evaluation skipped: {answer.failure}; training goes on")
+            self._skip(learner, answer.failure)
             return None
+        self._snapshot = None
+        learner.stats.held_out_evaluations += 1
         return self._record(learner, snapshot, answer.records, answer.seconds)
 
     def finish(self, learner, timeout_s: float) -> dict | None:
@@ -118,6 +135,11 @@ class HeldOutEvaluation:
     def cancel(self) -> None:
         self.worker.cancel()
         self._snapshot = None
+
+    def _skip(self, learner, why: str) -> None:
+        self._snapshot = None
+        learner.stats.held_out_evaluations += 1  # the next one a period later, not at once
+        self.log(f"held-out evaluation skipped: {why}; training goes on")
 
     def _record(self, learner, snapshot: _Snapshot, records: list, seconds: float) -> dict:
         summary = summarise(records)

@@ -54,6 +54,11 @@ class HeldOutWorker:
         return self._submitted_at is not None
 
     @property
+    def seconds_busy(self) -> float:
+        """How long the evaluation in the process has been playing (0 when none is)."""
+        return time.perf_counter() - self._submitted_at if self._submitted_at is not None else 0.0
+
+    @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
@@ -76,9 +81,10 @@ class HeldOutWorker:
                 return None
             try:  # it may have answered just before it ended
                 records, failure = self._answers.get(timeout=0.5)
-            except queue.Empty:
-                records, failure = None, f"the evaluation process ended (exit code {self._process.exitcode})"
-                self._discard_process()
+            except (queue.Empty, EOFError, OSError):
+                records, failure = None, self._ended()
+        except (EOFError, OSError):  # the pipe's only writer is gone, in the middle of an answer or not
+            records, failure = None, self._ended()
         seconds = time.perf_counter() - self._submitted_at
         self._submitted_at = None
         return Answer(records, failure, seconds)
@@ -99,6 +105,13 @@ class HeldOutWorker:
             self._process.join(STOP_WAIT_S)
         self._discard_process()
 
+    def _ended(self) -> str:
+        """Why there is no answer from a process that ended (waited for, for its exit code), which is then let go."""
+        self._process.join(STOP_WAIT_S)
+        why = f"the evaluation process ended (exit code {self._process.exitcode})"
+        self._discard_process()
+        return why
+
     def _start_process(self) -> None:
         self._discard_process()
         self._jobs, self._answers = self._ctx.Queue(), self._ctx.Queue()
@@ -106,6 +119,9 @@ class HeldOutWorker:
             target=play_evaluations, args=(self._jobs, self._answers, self.game_backend), name="held-out-evaluation", daemon=True
         )
         self._process.start()
+        # the process is the answers' only writer: should it die in the middle of one, a read ends with EOFError
+        # instead of waiting forever for the rest (this process's copy of the write end would keep the pipe open)
+        self._answers._writer.close()
 
     def _discard_process(self) -> None:
         if self._process is not None:
