@@ -167,6 +167,22 @@ def test_a_race_the_learner_could_not_use_is_refused_at_the_door_naming_the_fiel
     assert http.request("POST", "/v1/rollouts", served.body(cid), "application/msgpack")[0] == 202  # the server goes on
 
 
+def test_a_body_that_stops_arriving_is_answered_408_and_its_connection_freed(served, monkeypatch):
+    from trackmania_rl.rollouts.http import server
+
+    monkeypatch.setattr(server, "BODY_TIMEOUT_S", 1.0)
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as stalled:
+        head = f"POST /v1/rollouts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {served.token}\r\nContent-Length: 100\r\n\r\n"
+        stalled.sendall(head.encode() + b"\x00" * 10)  # 10 of the 100 bytes, then nothing
+        started = time.monotonic()
+        answer = stalled.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408") and b"within 1 s (10 bytes came)" in answer, answer
+        assert time.monotonic() - started < 5
+        assert stalled.recv(4096) == b""  # closed by the server
+    assert served.source.refused["bad_request"] == 1
+    assert served.client().json("GET", "/v1/status")[0] == 200
+
+
 def test_queue_full_is_429_and_paused_beyond_the_tolerance(served):
     http = served.client()
     cid = http.register()

@@ -29,6 +29,7 @@ CONTROL_BODY_CAP = 64 * 1024  # register, heartbeat, disconnect: small JSON
 MSGPACK = "application/msgpack"
 POLICY_FORMATS = ("arrays", "onnx")  # GET /v1/policy?format=
 MAX_CONNECTIONS = 64  # uvicorn answers 503 beyond: bodies in flight stay bounded (connections x cap)
+BODY_TIMEOUT_S = 60.0  # a body must arrive whole within this (a 4.4 MB race at 100 kB/s): a stalled client frees its slot
 
 
 class ApiError(Exception):
@@ -55,6 +56,7 @@ def _schema(model) -> dict:
 ERRORS = {
     400: {"description": "the body is not JSON / msgpack within the limits"},
     401: {"description": "no bearer token, or a wrong one"},
+    408: {"description": "the body did not arrive whole within the time allowed"},
     413: {"description": "the body is larger than the cap"},
     422: {"description": "a field breaks the contract; `detail` names it"},
 }
@@ -202,12 +204,17 @@ async def read_capped(request: Request, cap: int, hub) -> bytes:
         hub.count_refusal("too_large")
         raise ApiError(413, f"the body is larger than the cap of {cap} bytes", {"Connection": "close"})
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
-            hub.count_refusal("too_large")
-            raise ApiError(413, f"the body is larger than the cap of {cap} bytes", {"Connection": "close"})
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > cap:
+                    hub.count_refusal("too_large")
+                    raise ApiError(413, f"the body is larger than the cap of {cap} bytes", {"Connection": "close"})
+                chunks.append(chunk)
+    except TimeoutError:
+        hub.count_refusal("bad_request")
+        raise ApiError(408, f"the body did not arrive within {BODY_TIMEOUT_S:g} s ({size} bytes came)", {"Connection": "close"}) from None
     return b"".join(chunks)
 
 
