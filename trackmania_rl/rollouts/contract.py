@@ -119,7 +119,11 @@ def _check_race_facts(end_race_stats: dict, meta: dict) -> None:
 
 
 def _finite_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and bool(np.isfinite(value))
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, np.integer)):
+        return True  # however large
+    return isinstance(value, (float, np.floating)) and bool(np.isfinite(value))
 
 
 def require_road_tiles(rollout_results: dict, cfg) -> None:
