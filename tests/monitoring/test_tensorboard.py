@@ -26,6 +26,7 @@ def test_a_removed_folder_pauses_the_logging_once_then_a_new_event_file_takes_th
     logger = RunLogger(folder, resolved_config={"batch_size": 512}, log=lines.append)
     logger.scalar("training/loss", 1.0, 1)
     logger.flush()
+    failed_writer_thread = logger.writer.file_writer.event_writer._async_writer._worker
     shutil.rmtree(folder)  # the folder gone mid-run (deleted by hand, a disk unmounted)
 
     for step in range(2, 40):  # the failure shows at a later write: every one after it must be absorbed
@@ -33,6 +34,8 @@ def test_a_removed_folder_pauses_the_logging_once_then_a_new_event_file_takes_th
         logger.race("eval_trained", {"race_time_s": 1.0}, step)
         logger.flush()
     assert sum("TensorBoard logging paused" in line for line in lines) == 1, lines
+    failed_writer_thread.join(10)  # its error reported within this test, not in whichever test runs next
+    assert not failed_writer_thread.is_alive()
 
     logger.RETRY_S = 0.0  # the next write tries a new event file at once
     logger._retry_at = 0.0
