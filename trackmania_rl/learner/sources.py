@@ -48,6 +48,10 @@ def ray_address(options, cfg) -> str | None:
     return options.ray if getattr(options, "ray", None) is not None else cfg.ray_address
 
 
+def ray_actors(options, cfg) -> int:
+    return options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
+
+
 def http_listen(options, cfg) -> str | None:
     return options.listen if getattr(options, "listen", None) is not None else cfg.http_listen
 
@@ -56,8 +60,7 @@ def remote_source_names(options, cfg) -> list[str]:
     """The remote sources this run is configured with, as words for the start-up log line."""
     names = []
     if ray_address(options, cfg) is not None:
-        actors = options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
-        names.append(f"{actors} Ray actor(s) on {ray_address(options, cfg)}")
+        names.append(f"{ray_actors(options, cfg)} Ray actor(s) on {ray_address(options, cfg)}")
     if http_listen(options, cfg) is not None:
         names.append(f"HTTP clients on {http_listen(options, cfg)}")
     return names
@@ -69,8 +72,7 @@ def games_on_this_machine(options, cfg, collectors_count: int) -> int:
     (a client elsewhere costs nothing here; one on this machine is the usual case, and one core is its share)."""
     games = collectors_count
     if ray_address(options, cfg) == "auto":
-        actors = options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
-        games += actors
+        games += ray_actors(options, cfg)
     listen = http_listen(options, cfg)
     if listen is not None:
         host = listen.rpartition(":")[0].strip("[]")
@@ -98,7 +100,7 @@ def check_source_settings(options, cfg, collectors_count: int | str) -> None:
         _source_module("http")
     if address is not None:
         _source_module("ray")
-        actors = options.ray_actors if getattr(options, "ray_actors", None) is not None else cfg.ray_actors
+        actors = ray_actors(options, cfg)
         if actors < 1:
             raise ConfigError(f"ray_actors is {actors} with ray_address {address!r}: give --ray-actors N (N >= 1) or set ray_actors")
         if address != "auto":
