@@ -86,9 +86,8 @@ def run_folders(options: TrainOptions, user) -> tuple[Path, Path]:
     return save_dir / name, tensorboard_dir / name
 
 
-def check_start(options: TrainOptions, user, cfg, config_name):
-    """What a start needs of a config and of this machine, checked before anything is moved or written
-    (ConfigError naming the problem): the device, CUDA graphs, the rollout sources. The run's device."""
+def start_device(user, cfg, config_name):
+    """The run's device, with the config's CUDA graphs setting checked against it (ConfigError naming the problem)."""
     try:
         device = choose_device(user.device)
     except ValueError as e:
@@ -97,8 +96,14 @@ def check_start(options: TrainOptions, user, cfg, config_name):
         check_cuda_graphs_setting(cfg.training_cuda_graphs, device)
     except ValueError as e:
         raise ConfigError(f"{config_name}: {e}") from None
-    check_source_settings(options, cfg, options.collectors if options.collectors is not None else cfg.collectors_count)
     return device
+
+
+def check_start(options: TrainOptions, user, cfg, config_name) -> None:
+    """What a new run's config needs of this machine, checked before anything is moved or written (ConfigError naming
+    the problem): the device, CUDA graphs, the rollout sources."""
+    start_device(user, cfg, config_name)
+    check_source_settings(options, cfg, options.collectors if options.collectors is not None else cfg.collectors_count)
 
 
 def open_run(options: TrainOptions, user) -> tuple[RunLock, Path, Path, Path]:
@@ -243,7 +248,7 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
             f"run {options.run_name} was started with seed {cfg.seed} ({live_path}); --seed {options.seed} cannot change it. "
             "Resume without --seed, or start another run (--run-name) or over (--fresh)"
         )
-    device = check_start(options, user, cfg, live_path)  # a resumed run's own config
+    device = start_device(user, cfg, live_path)  # the run's own config (a resume's too); build_sources checks its sources
     layout = float_layout_for(cfg, user.game_backend)
     collectors_count = local_collectors(options, cfg, device)
     context = SourceContext(options, live, live_path, user.game_backend, layout, run_dir, log)
