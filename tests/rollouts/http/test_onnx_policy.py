@@ -2,11 +2,11 @@
 published, 304 when current, made once per architecture and refilled per version, the same token and answers as the
 typed-array form. Needs the http and onnx extras."""
 
-import msgpack
 import numpy as np
 import pytest
 import torch
 
+msgpack = pytest.importorskip("msgpack")
 pytest.importorskip("fastapi")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")

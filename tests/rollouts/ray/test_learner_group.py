@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 
-from tests.faults.helpers import Trainer, run_train, train_command
-from tests.helpers import write_tiny_config
-from tests.learner_group.test_group_step import listening_sockets
+ray = pytest.importorskip("ray")
+
+from tests.faults.helpers import Trainer, run_train, train_command  # noqa: E402
+from tests.helpers import write_tiny_config  # noqa: E402
+from tests.learner_group.test_group_step import listening_sockets  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -6,16 +6,17 @@ from itertools import islice
 from types import SimpleNamespace
 
 import pytest
-import ray
 
-from trackmania_rl.agents.iqn import make_network
-from trackmania_rl.config.loader import ConfigError
-from trackmania_rl.games import float_layout_for
-from trackmania_rl.games.map_cycle import MapCycle
-from trackmania_rl.learner.sources import SourceContext
-from trackmania_rl.rollouts.contract import RolloutShape, validate_envelope
-from trackmania_rl.rollouts.ray.actor import MAX_RACES_IN_FLIGHT
-from trackmania_rl.rollouts.ray.source import RaySource, make_ray_source
+ray = pytest.importorskip("ray")
+
+from trackmania_rl.agents.iqn import make_network  # noqa: E402
+from trackmania_rl.config.loader import ConfigError  # noqa: E402
+from trackmania_rl.games import float_layout_for  # noqa: E402
+from trackmania_rl.games.map_cycle import MapCycle  # noqa: E402
+from trackmania_rl.learner.sources import SourceContext  # noqa: E402
+from trackmania_rl.rollouts.contract import RolloutShape, validate_envelope  # noqa: E402
+from trackmania_rl.rollouts.ray.actor import MAX_RACES_IN_FLIGHT  # noqa: E402
+from trackmania_rl.rollouts.ray.source import RaySource, make_ray_source  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

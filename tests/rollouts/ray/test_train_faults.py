@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 
-from tests.faults.helpers import Trainer, train_command
-from tests.helpers import write_tiny_config
-from tests.rollouts.ray.conftest import path_without_ray
+ray = pytest.importorskip("ray")
+
+from tests.faults.helpers import Trainer, train_command  # noqa: E402
+from tests.helpers import write_tiny_config  # noqa: E402
+from tests.rollouts.ray.conftest import path_without_ray  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -6,15 +6,16 @@ import signal
 import time
 
 import pytest
-import ray
 
-from trackmania_rl.benchmarks.ray import weight_copies_per_node
-from trackmania_rl.games import float_layout_for
-from trackmania_rl.rollouts.contract import RolloutShape, validate_envelope
-from trackmania_rl.rollouts.ray.actor import MAX_RACES_IN_FLIGHT
-from trackmania_rl.rollouts.ray.source import RaySource
+ray = pytest.importorskip("ray")
 
-from .test_source import SteppingClock, _weights
+from trackmania_rl.benchmarks.ray import weight_copies_per_node  # noqa: E402
+from trackmania_rl.games import float_layout_for  # noqa: E402
+from trackmania_rl.rollouts.contract import RolloutShape, validate_envelope  # noqa: E402
+from trackmania_rl.rollouts.ray.actor import MAX_RACES_IN_FLIGHT  # noqa: E402
+from trackmania_rl.rollouts.ray.source import RaySource  # noqa: E402
+
+from .test_source import SteppingClock, _weights  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
