@@ -50,21 +50,26 @@ def test_update_sets_torchs_threads_and_the_mean_is_weighted_by_time(restore_thr
 
 
 @pytest.mark.parametrize(
-    ("device", "cores", "other_games", "other_sources", "collectors"),
+    ("device", "cores", "other_games", "other_sources", "collectors", "learners"),
     [
-        ("cpu", 2, 0, False, 1),  # the 2-core default: one plays, one trains
-        ("cpu", 16, 0, False, 8),
-        ("cpu", 1, 0, False, 1),  # at least one collector when nothing else plays
-        ("cuda", 16, 0, False, 14),  # the learner keeps its training thread's and its intake thread's cores
-        ("cuda", 2, 0, False, 1),
-        ("cuda", 16, 4, True, 10),  # the actors of a `--ray auto` cluster on this machine count against it
-        ("cpu", 2, 2, True, 0),  # another source plays on these cores: no collector needed
+        ("cpu", 2, 0, False, 1, 1),  # the 2-core default: one plays, one trains
+        ("cpu", 16, 0, False, 8, 1),
+        ("cpu", 1, 0, False, 1, 1),  # at least one collector when nothing else plays
+        ("cuda", 16, 0, False, 14, 1),  # the learner keeps its training thread's and its intake thread's cores
+        ("cuda", 2, 0, False, 1, 1),
+        ("cuda", 16, 4, True, 10, 1),  # the actors of a `--ray auto` cluster on this machine count against it
+        ("cpu", 2, 2, True, 0, 1),  # another source plays on these cores: no collector needed
+        ("cpu", 2, 0, False, 2, 2),  # --learners 2 on 2 cores: every rank learns from a collector of its own
+        ("cpu", 16, 0, False, 8, 4),  # enough for 4 ranks already
+        ("cpu", 2, 1, True, 1, 2),  # rank 0 has another source: only rank 1 needs a collector
+        ("cpu", 4, 0, False, 4, 4),
     ],
 )
-def test_auto_collectors_take_the_cores_the_learner_does_not_need(device, cores, other_games, other_sources, collectors):
-    count, why = auto_collectors(torch.device(device), cores, other_games, other_sources)
+def test_auto_collectors_take_the_cores_the_learner_does_not_need(device, cores, other_games, other_sources, collectors, learners):
+    count, why = auto_collectors(torch.device(device), cores, other_games, other_sources, learners)
     assert count == collectors
     assert why.startswith(f"collectors_count auto: {collectors} collector(s) ({cores} cores")
+    assert ("raised to one per rank" in why) == (learners > 1 and collectors > (cores // 2 - other_games))
 
 
 def test_a_cuda_learner_shortens_the_interpreter_switch_interval_and_a_cpu_learner_keeps_pythons():

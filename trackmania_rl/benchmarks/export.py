@@ -25,7 +25,8 @@ import torch
 from trackmania_rl.agents import onnx_export
 from trackmania_rl.agents.acting import acting_torch_settings
 from trackmania_rl.benchmarks.game import AGREEMENT_SEEDS, SHIPPED_WEIGHTS, time_decisions_after_render
-from trackmania_rl.evaluation.evaluate import EvaluationError, make_eval_game, open_policy, play_race
+from trackmania_rl.evaluation.evaluate import EvaluationError, make_eval_game, open_policy
+from trackmania_rl.rollouts.greedy import play_race
 
 TARGET = ">= 0.999"
 

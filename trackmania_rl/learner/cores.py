@@ -27,10 +27,12 @@ PYTHON_SWITCH_INTERVAL_S = 0.005
 SWITCH_INTERVAL_CANDIDATES_S = (0.005, 0.0005, 0.0001)  # what the learner and absorb benchmarks compare
 
 
-def auto_collectors(device: torch.device, cores: int, other_games_here: int, other_sources: bool) -> tuple[int, str]:
+def auto_collectors(device: torch.device, cores: int, other_games_here: int, other_sources: bool, learners: int = 1) -> tuple[int, str]:
     """`collectors_count = "auto"`: the cores the learner and the other games on this machine leave, and why (for the
     log). A CPU learner trains on threads of its own and keeps half the cores (on 2 cores: 1 collector, the measured
-    default); a CUDA learner needs CUDA_LEARNER_CORES. At least one collector unless another source plays."""
+    default); a CUDA learner needs CUDA_LEARNER_CORES. At least one collector unless another source plays; with
+    `learners` > 1 ranks, at least one per rank that learns only from local collectors (every rank above 0, and rank 0
+    too unless another source feeds it)."""
     cores = max(1, int(cores))
     if torch.device(device).type == "cuda":
         budget, rule = cores - CUDA_LEARNER_CORES, f"{cores} cores, {CUDA_LEARNER_CORES} kept by the CUDA learner"
@@ -38,7 +40,11 @@ def auto_collectors(device: torch.device, cores: int, other_games_here: int, oth
         budget, rule = cores // 2, f"{cores} cores, half kept by the CPU learner"
     if other_games_here:
         rule += f", {other_games_here} used by other games here"
-    count = max(0 if other_sources else 1, budget - max(0, int(other_games_here)))
+    count = budget - max(0, int(other_games_here))
+    needed = max(1, int(learners)) - (1 if other_sources else 0)
+    if count < needed and learners > 1:
+        rule += f"; raised to one per rank of the {learners} learners that has no other source"
+    count = max(needed, count)
     return count, f"collectors_count auto: {count} collector(s) ({rule})"
 
 

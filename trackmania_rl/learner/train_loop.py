@@ -282,7 +282,7 @@ def local_collectors(options: TrainOptions, cfg, device) -> int:
         return cfg.collectors_count
     remote = remote_source_names(options, cfg)
     other_games_here = games_on_this_machine(options, cfg, 0)
-    count, why = auto_collectors(device, os.cpu_count() or 1, other_games_here, other_sources=bool(remote))
+    count, why = auto_collectors(device, os.cpu_count() or 1, other_games_here, other_sources=bool(remote), learners=options.learners)
     log(why)
     return count
 
