@@ -220,7 +220,12 @@ def policy_sidecar(cfg, layout, game_backend: str, model: bytes, policy_version:
         "actions": [dict(action) for action in cfg.inputs],
         "n_actions": n_actions,
         "ms_per_action": int(cfg.ms_per_action),
-        "frame": {"shape": frame_shape, "dtype": "uint8", "preprocessing": backend.frame_preprocessing},
+        "frame": {
+            "shape": frame_shape,
+            "dtype": "uint8",
+            "renderer": cfg.frame_renderer,
+            "preprocessing": backend.frame_preprocessing(cfg),
+        },
         "state_float": {
             "dim": int(layout.dim),
             "layout": [{"name": s.name, "size": s.size} for s in layout.segments],

@@ -1,31 +1,39 @@
-"""Game figures (DESIGN §5): how close a collector's `rollout()` runs to the bare game.
+"""Game figures (DESIGN §5): how close a collector's `rollout()` runs to the bare game, and what each renderer costs.
 
 - `game.bare_steps_per_s`: the game alone, actions per second of wall time: reset, then per action one
-  render and `physics_steps_per_action` physics steps, through the same env class (one render per
-  action) as the rollout, replaying the very actions the rollout played on the same seed, so both do
-  the same physics and draw the same scenes;
+  frame (drawn and made grey as the network gets it) and `physics_steps_per_action` physics steps, through the
+  same game instance as the rollout, replaying the very actions the rollout played on the same seed, so both do
+  the same physics and draw the same scenes; frames drawn by CarRacing's pygame code (frame_renderer "pygame");
 - `game.rollout_steps_per_s`: a full `CarRacingGameInstance.rollout()` acting through a collector's own
-  path (`make_policy`): `CollectorPolicy` (trackmania_rl/policy.py) over a real `SharedNetwork` holding a
+  path (`make_policy`): `CollectorPolicy` (agents/policy.py) over a real `SharedNetwork` holding a
   network of the default config sizes, on the CPU with the collector's torch settings (one thread, batch
   1, iqn_k quantiles per action, its acting program `MeanQAtFixedTaus`, convolutions without oneDNN:
-  agents/inference.py `use_acting_torch_settings`), its weights fetched every
+  agents/acting.py `use_acting_torch_settings`), its weights fetched every
   `update_inference_network_every_n_actions` actions; the network's decision is paid for, while the car
   plays the actions the centerline follower chose in an untimed recording rollout (the follower's own
   work is not a collector's, so it is not timed);
 - `game.collector_efficiency`: their ratio (target >= 0.85, DESIGN §5).
-`game.render_ms`, `game.render_ms_gymnasium_road` and `game.render_speedup`: our render against the same
-env drawing the road with CarRacing's own code (see `_render_figures`); `game.decision_us_after_render`
-and `game.decision_us_after_render_forward`: a collector's decision right after a render, through its
-acting program and through the TorchScript forward, and `..._forward_bfloat16` through the learning step's
-bfloat16 mixed precision (see `_decision_figures`); `game.bfloat16_acting_same_action_fraction`: how often that
-bfloat16 path picks the shipped model's float32 greedy action in its own races (see `_bfloat16_agreement`).
+- `game.bare_steps_per_s_fast`, `game.rollout_steps_per_s_fast`: the same with the fast renderer (fast_view.py);
+  `game.bare_speedup_fast` (target >= 3) and `game.rollout_speedup_fast`: over the pygame renderer's;
+  `game.collector_efficiency_fast`: rollout over bare game with the fast renderer;
+  `game.rollout_share` and `game.rollout_share_fast`: each stage's share of an action's time in a rollout (physics,
+  floats, render, convert_frame, the decision (exploration_policy), update_network, bookkeeping).
+`game.render_ms`, `game.render_ms_gymnasium_road` and `game.render_speedup`: our pygame render against the same
+env drawing the road with CarRacing's own code; `game.render_ms_fast` (target <= 0.5 ms at 64 x 64) and
+`game.render_speedup_fast` (target >= 10): the fast renderer's frame against the pygame frame (see
+`_render_figures`); `game.decision_us_after_render` and `game.decision_us_after_render_forward`: a collector's
+decision right after a render, through its acting program and through the TorchScript forward, and
+`..._forward_bfloat16` through the learning step's bfloat16 mixed precision (see `_decision_figures`);
+`game.bfloat16_acting_same_action_fraction`: how often that bfloat16 path picks the shipped model's float32 greedy
+action in its own races (see `_bfloat16_agreement`); `game.fast_frame_*`: how close the fast renderer's frames are
+to the pygame ones, and how often the shipped model acts the same on both (frame_fidelity.py).
 Also `game.collector_efficiency_without_network` (the same rollout replaying the recorded actions with
 no network: the game side's own overhead), the rollout's per-stage timings
-(`game.rollout_ns_per_action.<stage>`), the bare game's (`game.bare_ns_per_action.render|physics`), and
+(`game.rollout_ns_per_action[_fast].<stage>`), the bare game's (`game.bare_ns_per_action[_fast].render|physics`), and
 `game.game_stages_slowdown_in_rollout`: render + physics inside a rollout over the same in the bare game
 (median of paired repetitions), the part of the collector's cost that its own stages do not show.
 Each repetition measures all back to back, in rotated order; figures are medians over repetitions of
-wall-clock rates; the efficiency lines also give the ratio from the process's CPU time
+wall-clock rates; the ratio lines also give the ratio from the process's CPU time
 (`cpu_time_ratio`), which other processes on a shared machine disturb less.
 """
 
@@ -35,6 +43,7 @@ import statistics
 import time
 from pathlib import Path
 
+import cv2
 import numpy as np
 import torch
 import torch.multiprocessing as torch_mp
@@ -43,6 +52,7 @@ from gymnasium.envs.box2d import car_racing as gym_car_racing
 from trackmania_rl.agents.acting import acting_torch_settings
 from trackmania_rl.agents.iqn import IQNNetwork, make_network
 from trackmania_rl.agents.policy import CollectorPolicy
+from trackmania_rl.benchmarks import frame_fidelity
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.evaluation.evaluate import EvaluationError, open_policy
 from trackmania_rl.games.base import MapSpec
@@ -56,7 +66,7 @@ from trackmania_rl.rollouts.local.shared_network import SharedNetwork
 SEEDS = (0, 1, 2, 3)
 SHIPPED_WEIGHTS = Path(__file__).resolve().parents[2] / "models" / "carracing_default" / "weights.torch"
 AGREEMENT_SEEDS = (500000, 500001, 500002)  # final test seeds: nothing is selected on them here
-STAGES = ("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network", "bookkeeping")
+STAGES = ("reset", "physics", "floats", "render", "convert_frame", "exploration_policy", "update_network", "bookkeeping")
 GAME_STAGES = ("render", "physics")  # the bare game's own, timed in both
 
 
@@ -96,16 +106,16 @@ def make_policy(cfg, layout, n_actions: int):
 
 
 def play_bare(game: CarRacingGameInstance, seed: int, actions) -> dict:
-    """The game alone playing `actions` on `seed`: reset, then per action one render and the physics
-    steps of one action, through the rollout's own env. Returns ns per action of render and physics,
-    clocked as the rollout clocks them."""
+    """The game alone playing `actions` on `seed`: reset, then per action one frame (drawn by the game's renderer,
+    as the network gets it) and the physics steps of one action, through the rollout's own env. Returns ns per action
+    of render (the frame) and physics, clocked as the rollout clocks them."""
     env, controls, steps = game.env, game.controls, game.cfg.physics_steps_per_action
     clock = time.perf_counter_ns
     render_ns = physics_ns = 0
     env.reset(seed=seed)
     for action in actions:
         t0 = clock()
-        env.render_state_pixels()
+        game.render_frame()
         t1 = clock()
         control = controls[action]
         for _ in range(steps):
@@ -123,7 +133,10 @@ def timed(play) -> tuple[float, float, object]:
     return time.perf_counter() - wall, time.process_time() - cpu, result
 
 
-def _measure(cfg, game: CarRacingGameInstance, repetitions: int):
+def _measure(cfg, games: dict[str, CarRacingGameInstance], repetitions: int):
+    """The contenders below, back to back per repetition; `games`: the same game drawn by each renderer ("pygame",
+    "fast"), the races of both played from the same recorded actions."""
+    game = games["pygame"]
     layout = game.float_layout
     follower = centerline_follower(cfg, layout)
     network_policy, update_network, _shared = make_policy(cfg, layout, len(cfg.inputs))
@@ -157,40 +170,43 @@ def _measure(cfg, game: CarRacingGameInstance, repetitions: int):
         drive, q_values = replaying(seed), np.zeros(len(cfg.inputs), dtype=np.float32)
         return lambda frame, state_float: (drive(frame, state_float), True, 0.0, q_values)
 
-    def rollout(policy, seed, update):
+    def rollout(policy, seed, update, game=game):
         results, stats = game.rollout(policy, maps[seed], game.zone_centers_for(maps[seed]), update)
         if results["actions"] != recorded[seed]:
             raise RuntimeError("a benchmark rollout ended before its recording did: the game is not deterministic")
         return stats
 
-    def collector_rollout(seed):
+    def collector_rollout(seed, renderer="pygame"):
         network_policy.start_race(replaying(seed))
-        return rollout(network_policy, seed, update_network)
+        return rollout(network_policy, seed, update_network, games[renderer])
 
-    # three ways to play the same race; each repetition runs them back to back in a rotated order so
-    # that drifts in machine load hit all alike
+    # five ways to play the same race; each repetition runs them back to back in a rotated order so that drifts in
+    # machine load hit all alike
     contenders = {
         "bare": lambda seed: play_bare(game, seed, recorded[seed]),
         "rollout": collector_rollout,
         "rollout_without_network": lambda seed: rollout(replay_without_network(seed), seed, no_network_to_update),
+        "bare_fast": lambda seed: play_bare(games["fast"], seed, recorded[seed]),
+        "rollout_fast": lambda seed: collector_rollout(seed, "fast"),
     }
     wall_rates = {name: [] for name in contenders}
     cpu_rates = {name: [] for name in contenders}
-    stage_ns = {s: [] for s in STAGES}
-    bare_stage_ns = {s: [] for s in GAME_STAGES}
+    stage_ns = {name: {s: [] for s in STAGES} for name in ("rollout", "rollout_fast")}
+    bare_stage_ns = {name: {s: [] for s in GAME_STAGES} for name in ("bare", "bare_fast")}
     names = list(contenders)
     for rep in range(repetitions):
         seed = SEEDS[rep % len(SEEDS)]
-        for name in names[rep % 3 :] + names[: rep % 3]:
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
             wall, cpu, stats = timed(lambda name=name, seed=seed: contenders[name](seed))
             wall_rates[name].append(len(recorded[seed]) / wall)
             cpu_rates[name].append(len(recorded[seed]) / cpu)
-            if name == "rollout":
+            if name in stage_ns:
                 for stage in STAGES:
-                    stage_ns[stage].append(stats[f"instrumentation__{stage}"])
-            elif name == "bare":
+                    stage_ns[name][stage].append(stats[f"instrumentation__{stage}"])
+            elif name in bare_stage_ns:
                 for stage in GAME_STAGES:
-                    bare_stage_ns[stage].append(stats[stage])
+                    bare_stage_ns[name][stage].append(stats[stage])
     return recorded, wall_rates, cpu_rates, stage_ns, bare_stage_ns
 
 
@@ -199,14 +215,15 @@ def run(args):
     # Many short races (cut off after race_ms of game time) rather than a few laps: on a machine
     # shared with other work, medians over many short paired runs are steadier than over a few long.
     race_ms, repetitions = (5_000, 4) if quick else (10_000, 12)
-    cfg = default_config().replace(cutoff_rollout_if_race_not_finished_within_duration_ms=race_ms)
-    game = CarRacingGameInstance(cfg)
+    cfg = default_config().replace(cutoff_rollout_if_race_not_finished_within_duration_ms=race_ms, frame_renderer="pygame")
+    games = {"pygame": CarRacingGameInstance(cfg), "fast": CarRacingGameInstance(cfg.replace(frame_renderer="fast"))}
     try:
         # the collector's torch settings (1 thread, batch-1 convolutions without oneDNN), restored after
         with acting_torch_settings():
-            recorded, wall_rates, cpu_rates, stage_ns, bare_stage_ns = _measure(cfg, game, repetitions)
+            recorded, wall_rates, cpu_rates, stage_ns, bare_stage_ns = _measure(cfg, games, repetitions)
     finally:
-        game.close()
+        for game in games.values():
+            game.close()
 
     median = {name: statistics.median(values) for name, values in wall_rates.items()}
     cpu_median = {name: statistics.median(values) for name, values in cpu_rates.items()}
@@ -232,29 +249,58 @@ def run(args):
         f"oneDNN off, weights fetched every {cfg.update_inference_network_every_n_actions} actions, acting program (MeanQAtFixedTaus)",
         **common,
     }
-    for figure, name, extra in (
-        ("game.collector_efficiency", "rollout", {"target": ">= 0.85"}),
-        # the same without the network (nothing decides): the game side's own overhead
-        ("game.collector_efficiency_without_network", "rollout_without_network", {}),
-    ):
-        paired = [r / b for r, b in zip(wall_rates[name], wall_rates["bare"], strict=True)]  # one of each per repetition
+    for figure, name in (("game.bare_steps_per_s_fast", "bare_fast"), ("game.rollout_steps_per_s_fast", "rollout_fast")):
         yield {
             "figure": figure,
-            "value": round(median[name] / median["bare"], 4),
+            "value": round(median[name], 2),
+            "unit": "actions/s",
+            "samples": [round(r, 2) for r in wall_rates[name]],
+            "frame_renderer": "fast",
+            **common,
+        }
+    for figure, name, base, extra in (
+        ("game.collector_efficiency", "rollout", "bare", {"target": ">= 0.85"}),
+        # the same without the network (nothing decides): the game side's own overhead
+        ("game.collector_efficiency_without_network", "rollout_without_network", "bare", {}),
+        # the fast renderer's game against the pygame one's: the bare game, and a collector's rollout
+        ("game.bare_speedup_fast", "bare_fast", "bare", {"target": ">= 3"}),
+        ("game.rollout_speedup_fast", "rollout_fast", "rollout", {}),
+        # the decision, a fixed cost, weighs more beside the cheaper game
+        ("game.collector_efficiency_fast", "rollout_fast", "bare_fast", {}),
+    ):
+        paired = [r / b for r, b in zip(wall_rates[name], wall_rates[base], strict=True)]  # one of each per repetition
+        yield {
+            "figure": figure,
+            "value": round(median[name] / median[base], 4),
             "unit": "ratio",
             **extra,
             "median_of_paired_ratios": round(statistics.median(paired), 4),
             "per_repetition": [round(r, 4) for r in paired],
             # the same from this process's CPU time: insensitive to other processes taking the CPU
-            "cpu_time_ratio": round(cpu_median[name] / cpu_median["bare"], 4),
+            "cpu_time_ratio": round(cpu_median[name] / cpu_median[base], 4),
         }
-    for stage in STAGES:
-        yield {"figure": f"game.rollout_ns_per_action.{stage}", "value": round(statistics.median(stage_ns[stage])), "unit": "ns/action"}
-    for stage in GAME_STAGES:
-        yield {"figure": f"game.bare_ns_per_action.{stage}", "value": round(statistics.median(bare_stage_ns[stage])), "unit": "ns/action"}
+    for name, suffix in (("rollout", ""), ("rollout_fast", "_fast")):
+        medians = {stage: statistics.median(stage_ns[name][stage]) for stage in STAGES}
+        for stage in STAGES:
+            yield {"figure": f"game.rollout_ns_per_action{suffix}.{stage}", "value": round(medians[stage]), "unit": "ns/action"}
+        total = sum(medians.values())
+        # where an action's time goes now: the next bottleneck
+        yield {
+            "figure": f"game.rollout_share{suffix}",
+            "value": {stage: round(ns / total, 4) for stage, ns in medians.items()},
+            "unit": "fraction of an action's time (medians per stage)",
+            "us_per_action": round(total / 1e3, 1),
+        }
+    for name, suffix in (("bare", ""), ("bare_fast", "_fast")):
+        for stage in GAME_STAGES:
+            value = round(statistics.median(bare_stage_ns[name][stage]))
+            yield {"figure": f"game.bare_ns_per_action{suffix}.{stage}", "value": value, "unit": "ns/action"}
     # the game's own stages run slower inside a rollout than alone: the collector's work between them
     # (above all the network's weights) pushes the game's code and data out of the CPU caches
-    paired = [sum(stage_ns[s][rep] for s in GAME_STAGES) / sum(bare_stage_ns[s][rep] for s in GAME_STAGES) for rep in range(repetitions)]
+    paired = [
+        sum(stage_ns["rollout"][s][rep] for s in GAME_STAGES) / sum(bare_stage_ns["bare"][s][rep] for s in GAME_STAGES)
+        for rep in range(repetitions)
+    ]
     yield {
         "figure": "game.game_stages_slowdown_in_rollout",
         "value": round(statistics.median(paired), 4),
@@ -263,37 +309,53 @@ def run(args):
     }
     yield from _render_figures(cfg, n_seeds=2 if quick else 6)
     yield from _decision_figures(cfg, n_seeds=2 if quick else 6)
+    yield from frame_fidelity.run(SHIPPED_WEIGHTS, quick)
 
 
 def _render_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
-    """`game.render_ms`: one render of our env; `game.render_ms_gymnasium_road`: the same env drawing
-    the road with CarRacing's own `_render_road` (its per-polygon on-screen test); `game.render_speedup`:
-    their ratio. Both envs play the same random actions side by side, renders alternated, and every pair
-    of frames is checked equal."""
+    """`game.render_ms`: one render of our env (CarRacing's pygame drawing); `game.render_ms_gymnasium_road`: the same
+    env drawing the road with CarRacing's own `_render_road` (its per-polygon on-screen test); `game.render_speedup`:
+    their ratio. Both envs play the same random actions side by side, renders alternated, and every pair of frames is
+    checked equal. `game.render_ms_fast`: the fast renderer's frame (fast_view.py) of the same states, drawn in a pass
+    of its own (its env replays the same actions; interleaved with pygame's renders, which sweep ~3 MB of window
+    through the CPU caches, it would pay for theirs); `game.render_speedup_fast`: the pygame frame (render + grey
+    conversion) over it."""
 
     class GymnasiumRoad(CarRacingEnv):
         _render_road = gym_car_racing.CarRacing._render_road
 
     size = frame_render_size(cfg.H_downsized, cfg.W_downsized)
-    envs = {"ours": CarRacingEnv(size), "gymnasium": GymnasiumRoad(size)}
+    frame_size = (cfg.H_downsized, cfg.W_downsized)
+    envs = {"ours": CarRacingEnv(size), "gymnasium": GymnasiumRoad(size), "fast": CarRacingEnv(size, fast_frame_size=frame_size)}
     rng = np.random.default_rng(0)
-    times = {name: [] for name in envs}
+    times = {name: [] for name in (*envs, "convert")}
+    clock = time.perf_counter_ns
     try:
         for seed in range(n_seeds):
+            controls = [np.array([rng.uniform(-1, 1), rng.uniform(0, 1), rng.uniform(0, 0.3)]) for _ in range(actions_per_seed)]
             for env in envs.values():
                 env.reset(seed=seed)
-            for k in range(actions_per_seed):
-                control = np.array([rng.uniform(-1, 1), rng.uniform(0, 1), rng.uniform(0, 0.3)])
+            for k, control in enumerate(controls):
                 frames = []
-                for name in sorted(envs, reverse=bool(k % 2)):
+                for name in sorted(("ours", "gymnasium"), reverse=bool(k % 2)):
                     env = envs[name]
                     for _ in range(cfg.physics_steps_per_action):
                         env.step(control)
-                    start = time.perf_counter_ns()
+                    start = clock()
                     frames.append(env.render_state_pixels())
-                    times[name].append(time.perf_counter_ns() - start)
+                    times[name].append(clock() - start)
                 if not np.array_equal(frames[0], frames[1]):
                     raise RuntimeError(f"seed {seed}, action {k}: the road drawing changed the frame")
+                start = clock()
+                cv2.cvtColor(frames[0][: cfg.H_downsized], cv2.COLOR_RGB2GRAY)  # what makes the pygame view a frame
+                times["convert"].append(clock() - start)
+            fast = envs["fast"]
+            for control in controls:
+                for _ in range(cfg.physics_steps_per_action):
+                    fast.step(control)
+                start = clock()
+                fast.render_fast_frame()
+                times["fast"].append(clock() - start)
     finally:
         for env in envs.values():
             env.close()
@@ -302,6 +364,18 @@ def _render_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
     yield {"figure": "game.render_ms", "value": round(median_ms["ours"], 3), "unit": "ms", **common}
     yield {"figure": "game.render_ms_gymnasium_road", "value": round(median_ms["gymnasium"], 3), "unit": "ms", **common}
     yield {"figure": "game.render_speedup", "value": round(median_ms["gymnasium"] / median_ms["ours"], 3), "unit": "x"}
+    fast = {"renders": len(times["fast"]), "frame_size": list(frame_size)}
+    yield {"figure": "game.render_ms_fast", "value": round(median_ms["fast"], 4), "unit": "ms", "target": "<= 0.5 at 64 x 64", **fast}
+    pygame_frame_ms = median_ms["ours"] + median_ms["convert"]
+    yield {
+        "figure": "game.render_speedup_fast",
+        "value": round(pygame_frame_ms / median_ms["fast"], 2),
+        "unit": "x",
+        "target": ">= 10",
+        "pygame_frame_ms": round(pygame_frame_ms, 4),
+        "of_which_grey_conversion_ms": round(median_ms["convert"], 4),
+        **fast,
+    }
 
 
 def bfloat16_mean_q(network: IQNNetwork, taus: torch.Tensor):
@@ -340,7 +414,7 @@ def time_decisions_after_render(cfg, paths: dict, n_seeds: int, actions_per_seed
             for k in range(actions_per_seed):
                 q = {}
                 for name in names[k % len(names) :] + names[: k % len(names)]:
-                    frame = game.convert_frame(game.env.render_state_pixels())
+                    frame = game.render_frame()
                     start = time.perf_counter_ns()
                     q[name] = paths[name](frame, state_float)
                     times[name].append(time.perf_counter_ns() - start)

@@ -9,3 +9,6 @@ games (a layer above it); everything else about a backend is its description in 
 # per game second; Trackmania: 100 Hz). The config derives `ms_per_action` from it.
 MS_PER_PHYSICS_STEP = {"carracing": 20, "trackmania": 10}
 DEFAULT_GAME_BACKEND = "carracing"  # the built-in game, and the only backend implemented so far
+# How CarRacing's frames are drawn (config setting `frame_renderer`; games/car_racing/env.py): "fast" straight at the
+# frame's size, "pygame" by CarRacing's own drawing into its 1000 x 800 window, smoothscaled
+FRAME_RENDERERS = ("fast", "pygame")

@@ -11,6 +11,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from trackmania_rl.config.game_backends import FRAME_RENDERERS
+
 
 class ConfigError(ValueError):
     """A config file or setting is unusable; the message names the file and the setting."""
@@ -143,6 +145,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "physics_steps_per_action": (_positive_int, "a positive integer", True),
     "H_downsized": (_positive_int, "a positive integer (pixels)", True),
     "W_downsized": (_positive_int, "a positive integer (pixels)", True),
+    "frame_renderer": (lambda v: v in FRAME_RENDERERS, " or ".join(f'"{r}"' for r in FRAME_RENDERERS) + " (how frames are drawn)", True),
     "n_prev_actions_in_inputs": (_non_negative_int, "an integer >= 0", True),
     "n_zone_centers_in_inputs": (_positive_int, "a positive integer", True),
     "one_every_n_zone_centers_in_inputs": (_positive_int, "a positive integer", True),
@@ -268,6 +271,7 @@ ADDED_LATER = {
     "learners_lr_scaling": "sqrt",
     "learner_group_timeout_s": 120.0,
     "seed": 0,
+    "frame_renderer": "pygame",  # every model and run before it saw CarRacing's own drawing
     "training_precision": "auto",
     "training_cuda_graphs": "auto",
     "off_road_penalty_per_action": 0.0,

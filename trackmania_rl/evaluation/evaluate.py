@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from trackmania_rl.agents.iqn import NotAStateDict, StateDictMismatch, WeightsFileUnreadable, load_network, make_network
+from trackmania_rl.config.game_backends import FRAME_RENDERERS
 from trackmania_rl.config.loader import CONFIG_DIR, ConfigError, load_config
 from trackmania_rl.config.values import read_settings
 from trackmania_rl.games import float_layout_for, make_game_instance
@@ -102,6 +103,13 @@ def add_policy_arguments(parser) -> None:
         type=_race_seconds,
         default=None,
         help="with --rules training: override the overall race cutoff (game seconds, finite, > 0)",
+    )
+    parser.add_argument(
+        "--frame-renderer",
+        choices=FRAME_RENDERERS,
+        default=None,
+        help="how the network's frames are drawn: 'fast' (straight at the frame's size) or 'pygame' (CarRacing's own "
+        "drawing, smoothscaled); default: the model's own (its settings' frame_renderer)",
     )
     parser.add_argument("--threads", type=cores_count, default=1, help=f"torch CPU threads (default 1, at most {os.cpu_count() or 1})")
 
@@ -217,8 +225,9 @@ def resolve_checkpoint(
     return CheckpointPaths(weights_path, DEFAULT_CONFIG, True)
 
 
-def load_eval_config(config_path: str | Path, max_race_seconds: float | None = None):
-    """The config to evaluate with (built for GAME_BACKEND), with the overall race cutoff overridden if asked.
+def load_eval_config(config_path: str | Path, max_race_seconds: float | None = None, frame_renderer: str | None = None):
+    """The config to evaluate with (built for GAME_BACKEND), with the overall race cutoff and the frame renderer
+    overridden if asked (a model's settings name the renderer its frames came from; older ones: "pygame").
     A .json file is read as settings values (config/values.py, nothing executed); any other file is a Python
     config file, executed (only ever one the user named with --config, or config_files/config.py)."""
     try:
@@ -242,6 +251,10 @@ def load_eval_config(config_path: str | Path, max_race_seconds: float | None = N
                 f"--max-race-seconds {max_race_seconds}: shorter than one action ({cfg.ms_per_action} ms), no race could be played"
             )
         cfg = cfg.replace(cutoff_rollout_if_race_not_finished_within_duration_ms=cutoff_ms)
+    if frame_renderer is not None:
+        if frame_renderer not in FRAME_RENDERERS:
+            raise EvaluationError(f"--frame-renderer {frame_renderer!r}: expected one of {', '.join(FRAME_RENDERERS)}")
+        cfg = cfg.replace(frame_renderer=frame_renderer)
     return cfg
 
 
@@ -280,11 +293,24 @@ def load_policy(paths: CheckpointPaths, cfg=None, max_race_seconds: float | None
     return GreedyPolicy(cfg, network, layout, paths)
 
 
-def open_policy(weights=None, run=None, config=None, max_race_seconds: float | None = None) -> GreedyPolicy:
+def open_policy(
+    weights=None, run=None, config=None, max_race_seconds: float | None = None, frame_renderer: str | None = None
+) -> GreedyPolicy:
     """resolve_checkpoint + load_eval_config + load_policy, the scripts' one call."""
     paths = resolve_checkpoint(weights=weights, run=run, config=config)
-    cfg = load_eval_config(paths.config, max_race_seconds)
+    cfg = load_eval_config(paths.config, max_race_seconds, frame_renderer)
     return load_policy(paths, cfg)
+
+
+def policy_options(args) -> dict:
+    """`open_policy`'s arguments from the options of `add_policy_arguments`."""
+    return {
+        "weights": args.weights,
+        "run": args.run,
+        "config": args.config,
+        "max_race_seconds": args.max_race_seconds,
+        "frame_renderer": args.frame_renderer,
+    }
 
 
 def open_policy_from_args(args) -> GreedyPolicy:
@@ -295,7 +321,7 @@ def open_policy_from_args(args) -> GreedyPolicy:
             f"--max-race-seconds sets the training rules' overall cut-off: add --rules training (the {args.rules} rules "
             "end a race by CarRacing-v3's own time limit)"
         )
-    policy = open_policy(weights=args.weights, run=args.run, config=args.config, max_race_seconds=args.max_race_seconds)
+    policy = open_policy(**policy_options(args))
     torch.set_num_threads(args.threads)
     return policy
 
@@ -304,7 +330,7 @@ def evaluate_in_processes(args, seeds: list[int], workers: int) -> Iterator[dict
     """The race records of `seeds` as they end, played by `workers` spawned processes, each opening the policy of
     `args` (the options of `add_policy_arguments`) with its own game and one torch thread. GameCrashed when a race
     crashed twice; the processes end with the iterator."""
-    options = {"weights": args.weights, "run": args.run, "config": args.config, "max_race_seconds": args.max_race_seconds}
+    options = policy_options(args)
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(min(workers, len(seeds)), initializer=_start_worker, initargs=(options, args.rules)) as pool:
         yield from pool.imap_unordered(_worker_race, seeds)

@@ -94,8 +94,9 @@ class GameBackend:
     - `render_full_view(game) -> (H, W, 3) uint8`: the game's full view now, in RGB, as a person would
       see it (videos), rendered without changing the race;
     - `full_view_size`: (width, height) of that view;
-    - `frame_preprocessing`: how the game's view becomes the network's uint8 frame, in words, for clients that
-      produce frames in another language (the ONNX policy's sidecar, agents/onnx_export.py).
+    - `frame_preprocessing(cfg) -> str`: how the game's view becomes the network's uint8 frame under `cfg` (its
+      renderer, its frame size), in words, for clients that produce frames in another language (the ONNX policy's
+      sidecar, agents/onnx_export.py).
     """
 
     name: str
@@ -106,7 +107,7 @@ class GameBackend:
     off_road_fraction: Callable[[FloatLayout, np.ndarray], np.ndarray]
     render_full_view: Callable[[GameInstance], np.ndarray]
     full_view_size: tuple[int, int]
-    frame_preprocessing: str
+    frame_preprocessing: Callable[[Any], str]
 
     @property
     def full_view_aspect(self) -> float:

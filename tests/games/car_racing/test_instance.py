@@ -14,7 +14,7 @@ from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker
 
 LAP_SEEDS = (0, 1, 2)
-INSTRUMENTATION = ("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network", "bookkeeping")
+INSTRUMENTATION = ("reset", "physics", "floats", "render", "convert_frame", "exploration_policy", "update_network", "bookkeeping")
 
 
 def random_actions_policy(n_actions, seed):
@@ -295,6 +295,7 @@ def test_each_stage_is_timed_by_the_games_clock(cfg, play):
     expected = {
         "reset": (11_000 + 500) / A,  # CarRacing's reset plays one step of its own
         "physics": 500 * cfg.physics_steps_per_action,
+        "floats": 0,
         "render": 7_000,
         "convert_frame": 0,
         "exploration_policy": 3_000,

@@ -15,13 +15,25 @@ from trackmania_rl.games.car_racing import floats as car_floats
 # gymnasium's car_racing VIDEO_W x VIDEO_H, the size of its "rgb_array" render (a constant here, so that
 # describing the backend does not import gymnasium; tests/games/test_backend.py checks it)
 FULL_VIEW_SIZE = (600, 400)
-# what CarRacingGameInstance.convert_frame does to the view rendered at env.frame_render_size
-FRAME_PREPROCESSING = (
-    "CarRacing-v3's state view (its 'state_pixels' render, the car kept pointing up) drawn W_downsized pixels wide and "
-    "ceil(H_downsized * 40 / 35) tall, so that the rows above the HUD number exactly H_downsized; those top rows in grey "
-    "(OpenCV COLOR_RGB2GRAY: 0.299 R + 0.587 G + 0.114 B, rounded) as uint8, shape (1, H_downsized, W_downsized), "
-    "row-major from the top-left pixel. No other scaling: the network maps the bytes to [-1, 1) itself."
+# how the frame is made, by renderer (config setting frame_renderer; games/car_racing/env.py)
+_FRAME_VIEW = (
+    "CarRacing-v3's state view (its 'state_pixels' render, the car kept pointing up, no skid marks), as if drawn "
+    "W_downsized pixels wide and ceil(H_downsized * 40 / 35) tall, so that the rows above the HUD number exactly "
+    "H_downsized; those top rows in grey as uint8, shape (1, H_downsized, W_downsized), row-major from the top-left "
+    "pixel. No other scaling: the network maps the bytes to [-1, 1) itself. "
 )
+FRAME_PREPROCESSING = {
+    "pygame": _FRAME_VIEW + "Drawn by CarRacing's own pygame code into its 1000 x 800 window, smoothscaled to that size, "
+    "then OpenCV COLOR_RGB2GRAY (0.299 R + 0.587 G + 0.114 B, rounded) (frame_renderer 'pygame').",
+    "fast": _FRAME_VIEW + "Drawn straight at that size (frame_renderer 'fast': the same polygons and camera, each colour "
+    "as its grey level, filled at 4x the size each way and area-averaged down; trackmania_rl/games/car_racing/fast_view.py), "
+    "within ~0.3 grey levels of the pygame drawing on average.",
+}
+
+
+def frame_preprocessing(cfg) -> str:
+    """How the frames of `cfg` (its frame_renderer) are made, in words."""
+    return FRAME_PREPROCESSING[cfg.frame_renderer]
 
 
 def make_game_instance(cfg, rules: str = RULES_TRAINING):
@@ -45,5 +57,5 @@ CAR_RACING = GameBackend(
     off_road_fraction=car_floats.wheels_off_road_fraction,
     render_full_view=render_full_view,
     full_view_size=FULL_VIEW_SIZE,
-    frame_preprocessing=FRAME_PREPROCESSING,
+    frame_preprocessing=frame_preprocessing,
 )

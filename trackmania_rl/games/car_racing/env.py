@@ -1,5 +1,12 @@
 """CarRacing-v3 as this project renders it: no render inside `step()`, frames rendered on demand at their
-own size, a faster road drawing with the same pixels, and the track centerline."""
+own size by one of two renderers (FRAME_RENDERERS), a faster road drawing with the same pixels, and the track
+centerline.
+
+"pygame": CarRacing's own drawing into its 1000 x 800 window, smoothscaled to the frame (pixel for pixel what
+Gymnasium's CarRacing-v3 shows above its HUD). "fast": the same scene drawn straight at the frame's size
+(fast_view.py), about 30 times cheaper. Neither reads a file while it draws: the state view leaves out CarRacing's
+HUD bar, which lies below the frame's rows and whose score text loads pygame's font file at every render (a
+reinstall of pygame under a running collector made those renders fail: docs/runs/2026-11-27_gpu_box_h100)."""
 
 from __future__ import annotations
 
@@ -8,12 +15,17 @@ import numbers
 
 import gymnasium
 import numpy as np
+import pygame
 from gymnasium.envs.box2d import car_racing as gym_car_racing
+
+from trackmania_rl.games.car_racing.fast_view import FastFrameRenderer
 
 NATIVE_ENV_ID = "CarRacing-v3"  # the registered environment whose episode rules are CarRacing's native rules
 VIEW_FRACTION = (35, 40)
 MAX_FRAME_W = gym_car_racing.WINDOW_W  # the window it draws into: larger frames would be upscaled blur
 MAX_FRAME_H = gym_car_racing.WINDOW_H * VIEW_FRACTION[0] // VIEW_FRACTION[1]
+RENDERER_PYGAME, RENDERER_FAST = "pygame", "fast"
+FRAME_RENDERERS = (RENDERER_FAST, RENDERER_PYGAME)  # config setting `frame_renderer`
 
 
 def native_step_limit() -> int:
@@ -46,17 +58,24 @@ class CarRacingEnv(gym_car_racing.CarRacing):
     """CarRacing whose `step()` does not render: `render_state_pixels()` renders on demand, at this
     instance's own pixel size (CarRacing reads the module globals STATE_W/STATE_H; changing those would
     affect every env in the process). Its road drawing skips off-screen polygons in one vectorised test
-    (`_render_road`), with pixels identical to CarRacing's own."""
+    (`_render_road`), with pixels identical to CarRacing's own.
 
-    def __init__(self, render_size: tuple[int, int] = (gym_car_racing.STATE_W, gym_car_racing.STATE_H)):
+    `fast_frame_size` (height, width): also draw frames of that size with the fast renderer
+    (`render_fast_frame()`); its track is gathered at every reset."""
+
+    def __init__(self, render_size: tuple[int, int] = (gym_car_racing.STATE_W, gym_car_racing.STATE_H), fast_frame_size=None):
         super().__init__(render_mode="state_pixels", continuous=True, domain_randomize=False)
         self.render_size = tuple(render_size)
         self._render_requested = False
         self._road_drawing: _RoadDrawing | None = None
+        self.fast_frames = None if fast_frame_size is None else FastFrameRenderer(*fast_frame_size, render_h=self.render_size[1])
 
     def reset(self, *args, **kwargs):
         self._road_drawing = None  # a new track: its polygons are gathered at the next render
-        return super().reset(*args, **kwargs)
+        result = super().reset(*args, **kwargs)
+        if self.fast_frames is not None:
+            self.fast_frames.bind_track(self)
+        return result
 
     def _render_road(self, zoom, translation, angle):
         """CarRacing's road drawing (background, grass patches, road tiles, in its order, through its own
@@ -72,21 +91,33 @@ class CarRacingEnv(gym_car_racing.CarRacing):
         self._road_drawing.draw(self, zoom, translation, angle)
 
     def _render(self, mode):
-        if mode == "state_pixels" and not self._render_requested:
-            return None  # the render inside step(): skipped
-        return super()._render(mode)
-
-    def _create_image_array(self, screen, size):
-        return super()._create_image_array(screen, self.render_size if self._render_requested else size)
+        if mode != "state_pixels":
+            return super()._render(mode)  # the videos' "rgb_array" view: CarRacing's own, HUD included
+        if not self._render_requested or "t" not in self.__dict__:
+            return None  # the render inside step(), skipped; or no reset yet
+        # CarRacing's own drawing of the scene and camera (its `_render`), without the HUD
+        self.surf = pygame.Surface((gym_car_racing.WINDOW_W, gym_car_racing.WINDOW_H))
+        angle = -self.car.hull.angle
+        zoom = 0.1 * gym_car_racing.SCALE * max(1 - self.t, 0) + gym_car_racing.ZOOM * gym_car_racing.SCALE * min(self.t, 1)
+        scroll = pygame.math.Vector2((-self.car.hull.position[0] * zoom, -self.car.hull.position[1] * zoom)).rotate_rad(angle)
+        translation = (gym_car_racing.WINDOW_W / 2 + scroll[0], gym_car_racing.WINDOW_H / 4 + scroll[1])
+        self._render_road(zoom, translation, angle)
+        self.car.draw(self.surf, zoom, translation, angle, False)  # no skid marks in the state view, as CarRacing
+        self.surf = pygame.transform.flip(self.surf, False, True)
+        return self._create_image_array(self.surf, self.render_size)
 
     def render_state_pixels(self) -> np.ndarray:
-        """The (render_h, render_w, 3) RGB image `step()` would have returned as its observation (same
-        pixels, the HUD's score digits aside: see the module docstring)."""
+        """The (render_h, render_w, 3) RGB image `step()` would have returned as its observation, drawn by
+        CarRacing's pygame code; the same pixels above the HUD, whose rows are left as the scene (not drawn)."""
         self._render_requested = True
         try:
             return self._render("state_pixels")
         finally:
             self._render_requested = False
+
+    def render_fast_frame(self) -> np.ndarray:
+        """The (1, H, W) uint8 grey frame of the current state, drawn by the fast renderer (fast_frame_size)."""
+        return self.fast_frames.draw(self)
 
 
 class _RoadDrawing:

@@ -41,7 +41,7 @@ from trackmania_rl.games.base import (
 )
 from trackmania_rl.games.car_racing import floats as car_floats
 from trackmania_rl.games.car_racing.actions import action_tables
-from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size, native_step_limit, track_centerline
+from trackmania_rl.games.car_racing.env import RENDERER_FAST, CarRacingEnv, frame_render_size, native_step_limit, track_centerline
 from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker, make_zone_centers
 
 MS_PER_STEP = MS_PER_PHYSICS_STEP["carracing"]  # Box2D runs at 50 steps per game second
@@ -53,6 +53,11 @@ ZONE_CENTERS_CACHE_SIZE = 256  # seeds; ~7 KB each
 END_FINISHED = "finished"
 END_LEFT_PLAYFIELD = "left_playfield"
 END_TIME_LIMIT = "time_limit"  # native rules: Gymnasium's TimeLimit truncated the episode
+
+
+def _as_drawn(frame: np.ndarray) -> np.ndarray:
+    """The fast renderer's output is the frame already."""
+    return frame
 
 
 class _GameFailure(Exception):
@@ -162,8 +167,9 @@ class CarRacingGameInstance(GameInstance):
     `end_reason` ("finished", "left_playfield", and "overall", "no_progress" (training) or "time_limit" (native)), `left_playfield`,
     `tiles_visited_fraction`, `progress_fraction` (furthest progress / lap length), `n_actions`, and the
     collector-loop timings `instrumentation__<stage>` in ns per action for the stages reset, physics,
-    render, convert_frame, exploration_policy, update_network and bookkeeping (everything else: floats,
-    zones, lists); they add up to the rollout's wall time.
+    floats, render, convert_frame (the pygame renderer's view to the grey frame; 0 with the fast renderer, which draws
+    the frame itself), exploration_policy, update_network and bookkeeping (everything else: zones, lists); they add up
+    to the rollout's wall time.
 
     Errors: a bad map spec, zone centers of another track, a frame size CarRacing cannot draw or a
     policy action outside the action set raise ValueError. If the game itself raises during a race,
@@ -190,6 +196,9 @@ class CarRacingGameInstance(GameInstance):
         self._accelerates = [bool(a["accelerate"]) for a in cfg.inputs]
         self.frame_shape = (1, cfg.H_downsized, cfg.W_downsized)
         self._render_w, self._render_h = frame_render_size(cfg.H_downsized, cfg.W_downsized)
+        # the fast renderer draws the frame itself; the pygame one a view that convert_frame turns into the frame
+        self._fast = cfg.frame_renderer == RENDERER_FAST
+        self._to_frame = _as_drawn if self._fast else self.convert_frame
         layout = self.float_layout
         self._car_state_slice = layout.span(car_floats.CAR_STATE_FIRST, car_floats.CAR_STATE_LAST)
         self._segment_names = layout.names()
@@ -203,7 +212,8 @@ class CarRacingGameInstance(GameInstance):
     # Game management
     # ----------------------------------------------------------------------------------------------
     def _make_env(self) -> CarRacingEnv:
-        return CarRacingEnv(render_size=(self._render_w, self._render_h))
+        fast_frame_size = (self.cfg.H_downsized, self.cfg.W_downsized) if self._fast else None
+        return CarRacingEnv(render_size=(self._render_w, self._render_h), fast_frame_size=fast_frame_size)
 
     def _rebuild_env(self) -> None:
         try:
@@ -222,6 +232,7 @@ class CarRacingGameInstance(GameInstance):
             "physics_steps_per_action",
             "H_downsized",
             "W_downsized",
+            "frame_renderer",
             "n_prev_actions_in_inputs",
             "n_zone_centers_in_inputs",
             "one_every_n_zone_centers_in_inputs",
@@ -255,9 +266,14 @@ class CarRacingGameInstance(GameInstance):
             return reward, None
         return reward, END_FINISHED if info.get("lap_finished") else END_LEFT_PLAYFIELD
 
+    def render_frame(self) -> np.ndarray:
+        """The (1, H, W) uint8 frame of the game's current state, drawn by the instance's renderer."""
+        return self._to_frame(self._render())
+
     def _render(self) -> np.ndarray:
+        """The fast renderer's frame, or the pygame renderer's RGB view (`_to_frame` makes either the frame)."""
         try:
-            return self.env.render_state_pixels()
+            return self.env.render_fast_frame() if self._fast else self.env.render_state_pixels()
         except Exception as e:
             raise _GameFailure() from e
 
@@ -457,7 +473,7 @@ class CarRacingGameInstance(GameInstance):
         """Reset the game on the map's track (timed), check that the zone centers are this track's, and
         set up the race's state. The race's wall time counts from here."""
         clock = self.clock
-        timings = dict.fromkeys(("reset", "physics", "render", "convert_frame", "exploration_policy", "update_network"), 0)
+        timings = dict.fromkeys(("reset", "physics", "floats", "render", "convert_frame", "exploration_policy", "update_network"), 0)
         t_start = clock()
         self._reset(int(map_spec.seed))
         timings["reset"] = clock() - t_start
@@ -479,16 +495,18 @@ class CarRacingGameInstance(GameInstance):
         # the floats before the render: they read only the car's state, which the render leaves as it
         # is, and before the render the CPU caches still hold it (~170 -> ~50 us per action); the
         # network update too, as it does not need the frame
+        t0 = clock()
         state_float = self.state_float(race.geometry, tracker.current_zone_idx, tracker.progress, race.previous_actions)
+        timings["floats"] += clock() - t0
         n_actions_done = len(results["actions"])
         if n_actions_done % race.update_every == 0:
             t0 = clock()
             update_network()
             timings["update_network"] += clock() - t0
         t0 = clock()
-        rgb = self._render()
+        view = self._render()
         t1 = clock()
-        frame = self.convert_frame(rgb)
+        frame = self._to_frame(view)
         t2 = clock()
         timings["render"] += t1 - t0
         timings["convert_frame"] += t2 - t1
@@ -558,9 +576,9 @@ class CarRacingGameInstance(GameInstance):
         """The state at the finish: real frame and floats, zone = first past the finish, progress = finish."""
         clock = self.clock
         t0 = clock()
-        rgb = self._render()
+        view = self._render()
         t1 = clock()
-        frame = self.convert_frame(rgb)
+        frame = self._to_frame(view)
         timings["render"] += t1 - t0
         timings["convert_frame"] += clock() - t1
         state_float = self.state_float(geometry, geometry.finish_zone_idx, geometry.finish_distance, previous_actions)

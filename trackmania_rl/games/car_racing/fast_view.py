@@ -1,0 +1,257 @@
+"""CarRacing's state view drawn straight at the frame's size, in grey (`frame_renderer = "fast"`).
+
+CarRacing draws its view into a 1000 x 800 pygame window, polygon by polygon, and smoothscales it down: for a
+64 x 64 frame 99.5 % of those pixels are averaged away, and drawing them was three quarters of an action's cost.
+This draws the same scene from the same camera into a canvas SUPERSAMPLE times the frame's size each way, then
+area-averages it down to the frame: the anti-aliasing that the window and its smoothscale give. One numpy transform
+places every polygon of the track; OpenCV fills the visible ones, with sub-pixel vertices.
+
+The scene, in CarRacing's drawing order and colours, as its "state_pixels" render has it:
+- the playfield's background square (black beyond it), the grass squares, the road tiles and kerbs in `road_poly`
+  order, each tile in its current colour (CarRacing recolours a tile in place when the car first touches it;
+  `bind_track` makes each tile's colour a row of this renderer's array, so a recolouring is seen at once);
+- the car: each wheel and its turning white stripe, then the hull's four parts.
+CarRacing's state view draws no skid marks (it passes draw_particles=False for "state_pixels") and its HUD bar lies
+below the frame's rows: neither is drawn, by either renderer. Colours are drawn as the grey level they have in the
+pygame frame (`grey_level`), which averaging commutes with.
+
+Edges are placed as pygame places them, on average. pygame truncates a vertex to whole window pixels and fills the
+pixels from the first to the last column a scanline touches, both included, and the road's polygons get an
+anti-aliased outline too: a polygon covers a fraction of a window pixel more on every side than its exact shape
+(GROW_ROAD_PX, GROW_CAR_PX). OpenCV fills the canvas pixels whose rounded centres lie within the shape: half a canvas
+pixel more on every side (measured: 0.47). Each polygon is grown or shrunk (`grown`) by the difference. What is left,
+and what it does to a trained model's choices, is measured by `python scripts/benchmark.py game` (frame_fidelity.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import cv2
+import numpy as np
+from gymnasium.envs.box2d import car_dynamics
+from gymnasium.envs.box2d import car_racing as gym_car_racing
+
+SUPERSAMPLE = 4  # canvas pixels per frame pixel, each way (2: 2x the grey difference; 6: 0.8x, and slower)
+SHIFT = 4  # fractional bits of the vertices handed to OpenCV: 1/16 of a canvas pixel
+_ONE = 1 << SHIFT
+SMOOTHSCALE_LOSS = 2  # pygame's smoothscale darkens every channel by 2 levels (floored at 0): its fixed-point rounding
+# window pixels pygame's drawing adds around a polygon on average, chosen by measurement on the frames of real races
+# (frame_fidelity.py; mean grey difference on 6 tracks: road 0.5 / 0.75 / 1.0 / 1.25 -> 0.234 / 0.212 / 0.220 / 0.248;
+# car 0 / 0.25 / 0.5 / 0.75 -> 0.209 / 0.208 / 0.212 / 0.224, around the car 1.65 / 1.44 / 1.79 / 2.16). An isolated
+# rectangle, filled with the same calls at window size: gfxdraw's fill and anti-aliased outline (the road) add 0.53,
+# pygame.draw.polygon (the car) 0.50 when axis-aligned, 0.22 at random angles.
+GROW_ROAD_PX = 0.75
+GROW_CAR_PX = 0.25
+
+
+def grey_level(rgb) -> np.ndarray:
+    """The grey levels (int, one per colour) that regions of colour `rgb` (0-255 per channel, truncated as CarRacing
+    truncates; one colour or an (N, 3) list) have in the pygame frame: smoothscale's loss, then COLOR_RGB2GRAY."""
+    rgb = np.asarray(rgb, dtype=np.float64).reshape(-1, 3).astype(np.int64)
+    if not len(rgb):
+        return np.zeros(0, dtype=np.int64)
+    darkened = np.clip(rgb - SMOOTHSCALE_LOSS, 0, 255).astype(np.uint8)
+    return cv2.cvtColor(darkened[None], cv2.COLOR_RGB2GRAY)[0].astype(np.int64)
+
+
+def grown(polygons: np.ndarray, half_x, half_y, orientation=None) -> np.ndarray:
+    """Convex polygons (P, V, 2) grown by a half_x x half_y rectangle (negative: shrunk; numbers, or (P, 1) arrays), the
+    Minkowski sum with its corners mitred: each edge moved out by the rectangle's reach along its normal, each vertex to
+    where its two edges' moved lines meet. `orientation` (P, 1): +1 where the vertices turn counterclockwise (x right,
+    y up), -1 where clockwise; computed when not given."""
+    n_vertices = polygons.shape[1]
+    following, preceding = (np.arange(n_vertices) + 1) % n_vertices, (np.arange(n_vertices) - 1) % n_vertices
+    edges = polygons[:, following] - polygons  # edge i: vertex i -> i + 1
+    if orientation is None:
+        orientation = _orientation(polygons)
+    scale = orientation / np.maximum(np.hypot(edges[..., 0], edges[..., 1]), 1e-12)
+    nx, ny = edges[..., 1] * scale, -edges[..., 0] * scale  # outward unit normals
+    reach = half_x * np.abs(nx) + half_y * np.abs(ny)
+    # vertex i joins edge i - 1 and edge i: its offset v solves n_(i-1).v = reach_(i-1) and n_i.v = reach_i
+    px, py, preach = nx[:, preceding], ny[:, preceding], reach[:, preceding]
+    det = px * ny - py * nx
+    straight = np.abs(det) < 0.1  # (nearly) straight on: the vertex moves along the normal
+    inverse = 1.0 / np.where(straight, 1.0, det)
+    offset = np.empty_like(polygons)
+    offset[..., 0] = np.where(straight, nx * reach, (preach * ny - reach * py) * inverse)
+    offset[..., 1] = np.where(straight, ny * reach, (px * reach - nx * preach) * inverse)
+    return polygons + offset
+
+
+def _orientation(polygons: np.ndarray) -> np.ndarray:
+    """(P, 1): +1 where a polygon's vertices turn counterclockwise (x right, y up), -1 where clockwise, 0 if flat."""
+    x, y = polygons[..., 0], polygons[..., 1]
+    following = (np.arange(polygons.shape[1]) + 1) % polygons.shape[1]
+    return np.sign((x * y[:, following] - x[:, following] * y).sum(axis=1))[:, None]
+
+
+class FastFrameRenderer:
+    """Draws the (1, height, width) uint8 grey frame of a CarRacing env's current state.
+
+    `render_h` is the height the pygame renderer draws the view at for this frame (env.frame_render_size): the frame
+    is its top `height` rows, so the camera and the rows' scale are the pygame frame's. Call `bind_track(env)` after
+    each reset (a new track, a new car) and `draw(env)` for each frame."""
+
+    def __init__(self, height: int, width: int, render_h: int, supersample: int = SUPERSAMPLE):
+        self.height, self.width, self.supersample = int(height), int(width), int(supersample)
+        self.canvas = np.empty((self.height * self.supersample, self.width * self.supersample), dtype=np.uint8)
+        # window pixels -> canvas pixels (the window's rows are flipped: CarRacing flips its surface)
+        self.scale_x = self.width * self.supersample / gym_car_racing.WINDOW_W
+        self.scale_y = render_h * self.supersample / gym_car_racing.WINDOW_H
+        self._grow_px = np.array([GROW_ROAD_PX, GROW_CAR_PX])
+
+    # ------------------------------------------------------------------------------------------------ the track
+    def bind_track(self, env: gym_car_racing.CarRacing) -> None:
+        """Gather the track's polygons (world vertices, one array: the grass squares, then the road in `road_poly`
+        order) and the car's parts; make each road tile's colour a row of `self.road_rgb`."""
+        half_field, size = gym_car_racing.PLAYFIELD, gym_car_racing.GRASS_DIM
+        corners = [(half_field, half_field), (half_field, -half_field), (-half_field, -half_field), (-half_field, half_field)]
+        self.background = np.array([corners], dtype=np.float64)
+        self.background_grey = int(grey_level(env.bg_color)[0])
+        self.grass_grey = int(grey_level(env.grass_color)[0])
+        grass = [
+            [(size * i + size, size * j), (size * i, size * j), (size * i, size * j + size), (size * i + size, size * j + size)]
+            for i in range(-20, 20, 2)
+            for j in range(-20, 20, 2)
+        ]
+        self.n_grass = len(grass)
+        road = [[(p[0], p[1]) for p in polygon] for polygon, _ in env.road_poly]
+        self.polygons = np.array(grass + road, dtype=np.float64)  # (N, 4, 2): every polygon CarRacing draws has 4 vertices
+        # the view flips the rows: in the canvas every polygon turns the other way round
+        self.orientation = -_orientation(self.polygons)
+        self.centres = self.polygons.mean(axis=1)
+        self.radii = np.linalg.norm(self.polygons - self.centres[:, None], axis=2).max(axis=1)
+        self.road_rgb = np.array([np.asarray(colour, dtype=np.float64) for _, colour in env.road_poly])
+        self._greys_of = None  # the road_rgb the greys were computed from
+        # a tile recolours itself in place (`tile.color[:] = road_color`, on any contact): point each tile's colour,
+        # and its road_poly entry, at its row of road_rgb, so that both renderers see every recolouring as it happens
+        tiles = {id(tile.color): tile for tile in env.road}
+        for row, (polygon, colour) in enumerate(env.road_poly):
+            tile = tiles.get(id(colour))
+            if tile is not None:
+                tile.color = self.road_rgb[row]
+                env.road_poly[row] = (polygon, tile.color)
+        self._bind_car(env.car)
+
+    def _bind_car(self, car) -> None:
+        """The car's parts as quadrilaterals in its drawing order, each wheel's stripe after the wheel: the fixtures'
+        vertices in their body's frame as one array (each stripe's four come after them, made at each draw), each
+        quad's vertex indices, and each quad's grey and, for a stripe, its wheel. A fixture of more than four
+        vertices (the hull's middle part has eight; all are convex) is a fan of quads from its first vertex: grown
+        and filled, their union is the part grown."""
+        self.car_bodies = list(car.drawlist)  # car_dynamics draws the wheels, then the hull
+        self.n_wheels = sum("phase" in body.__dict__ for body in self.car_bodies)
+        n_fixture_vertices = sum(len(fixture.shape.vertices) for body in self.car_bodies for fixture in body.fixtures)
+        stripe_grey = int(grey_level(car_dynamics.WHEEL_WHITE)[0])
+        local, body_of_vertex, quads, order = [], [], [], []  # order: (grey, the wheel of a stripe or None) per quad
+        for index, body in enumerate(self.car_bodies):
+            grey = int(grey_level([c * 255 for c in body.color])[0])
+            for fixture in body.fixtures:
+                first, n = len(local), len(fixture.shape.vertices)
+                for k in range(1, n - 1, 2):  # the fan: (0, 1, 2, 3), (0, 3, 4, 5), ...; a last triangle repeats a vertex
+                    quads.append([first, first + k, first + k + 1, first + min(k + 2, n - 1)])
+                    order.append((grey, None))
+                local += list(fixture.shape.vertices)
+                body_of_vertex += [index] * n
+            if index < self.n_wheels:
+                first = n_fixture_vertices + 4 * index
+                quads.append(list(range(first, first + 4)))
+                order.append((stripe_grey, index))
+        self.car_local = np.array(local, dtype=np.float64)
+        self.car_body_of_vertex = np.array(body_of_vertex + [wheel for wheel in range(self.n_wheels) for _ in range(4)])
+        self.car_quads = np.array(quads)
+        self.car_order = order
+        self._car_stripe_places = [place for place, (_, stripe_of) in enumerate(order) if stripe_of is not None]
+        self._car_fixture_places = [place for place, (_, stripe_of) in enumerate(order) if stripe_of is None]
+        # the view flips the rows: in the canvas every polygon turns the other way round
+        self.car_fixture_orientation = -_orientation(self.car_local[self.car_quads[self._car_fixture_places]])
+
+    # ------------------------------------------------------------------------------------------------ a frame
+    def draw(self, env: gym_car_racing.CarRacing) -> np.ndarray:
+        """The grey frame of the env's current state, (1, height, width) uint8."""
+        hull = env.car.hull
+        t = env.t
+        zoom = 0.1 * gym_car_racing.SCALE * max(1 - t, 0) + gym_car_racing.ZOOM * gym_car_racing.SCALE * min(t, 1)
+        c, s = math.cos(-hull.angle), math.sin(-hull.angle)
+        # world -> canvas: rotate about the car by minus its heading, zoom, put the car at (W/2, H/4) of the window,
+        # flip the rows, scale to the canvas; -0.5: OpenCV's pixel centres sit on whole coordinates
+        sx, sy = self.scale_x * zoom, self.scale_y * zoom
+        matrix = np.array([[c * sx, -s * sx], [-s * sy, -c * sy]])
+        px, py = hull.position
+        self._matrix_t = matrix.T
+        self._offset = np.array(
+            [
+                gym_car_racing.WINDOW_W / 2 * self.scale_x - 0.5 - matrix[0, 0] * px - matrix[0, 1] * py,
+                gym_car_racing.WINDOW_H * 3 / 4 * self.scale_y - 0.5 - matrix[1, 0] * px - matrix[1, 1] * py,
+            ]
+        )
+        canvas = self.canvas
+        canvas.fill(0)
+        cv2.fillConvexPoly(canvas, self._fixed(self.background @ self._matrix_t + self._offset)[0], self.background_grey, cv2.LINE_8, SHIFT)
+        # every quad of the view, grown in one pass: the visible grass squares and road polygons, then the car's
+        visible = self._visible(max(sx, sy))
+        n_grass = int(np.searchsorted(visible, self.n_grass))
+        car, car_orientation, hidden = self._car_quads()
+        n_scene = len(visible)
+        quads = np.concatenate([self.polygons[visible] @ self._matrix_t + self._offset, car])
+        grow = np.repeat(self._grow_px, (n_scene, len(car)))[:, None]
+        quads = self._fixed(quads, grow, np.concatenate([self.orientation[visible], car_orientation]))
+        if n_grass:
+            cv2.fillPoly(canvas, list(quads[:n_grass]), self.grass_grey, cv2.LINE_8, SHIFT)  # the squares never overlap
+        for quad, grey in zip(quads[n_grass:n_scene], self._road_greys()[visible[n_grass:] - self.n_grass].tolist(), strict=True):
+            cv2.fillConvexPoly(canvas, quad, grey, cv2.LINE_8, SHIFT)  # one at a time: tiles overlap in sharp turns
+        for quad, (grey, stripe_of) in zip(quads[n_scene:], self.car_order, strict=True):
+            if stripe_of is None or not hidden[stripe_of]:
+                cv2.fillConvexPoly(canvas, quad, grey, cv2.LINE_8, SHIFT)
+        return cv2.resize(canvas, (self.width, self.height), interpolation=cv2.INTER_AREA)[None]
+
+    def _road_greys(self) -> np.ndarray:
+        """Each road polygon's grey, recomputed when a tile was recoloured since the last frame."""
+        if self._greys_of is None or not np.array_equal(self._greys_of, self.road_rgb):
+            self._greys_of = self.road_rgb.copy()
+            self._greys = grey_level(self.road_rgb)
+        return self._greys
+
+    def _fixed(self, canvas_points: np.ndarray, grow_px=None, orientation=None) -> np.ndarray:
+        """Canvas points -> int32 with SHIFT fractional bits; quads (P, 4, 2) grown so that OpenCV fills them as pygame
+        fills them with `grow_px` window pixels around the shape (OpenCV's own fill reaches half a canvas pixel out).
+        `grow_px`: one number, or one per quad (P, 1); `orientation`: the quads' (see `grown`)."""
+        if grow_px is not None:
+            canvas_points = grown(canvas_points, grow_px * self.scale_x - 0.5, grow_px * self.scale_y - 0.5, orientation)
+        return np.rint(canvas_points * _ONE).astype(np.int32)
+
+    def _visible(self, scale: float) -> np.ndarray:
+        """Indices of the polygons that may meet the canvas: their centre within their radius of it."""
+        centres = self.centres @ self._matrix_t + self._offset
+        margin = self.radii * scale + 1.0
+        h, w = self.canvas.shape
+        x, y = centres[:, 0], centres[:, 1]
+        return np.flatnonzero((x >= -margin) & (x <= w + margin) & (y >= -margin) & (y <= h + margin))
+
+    def _car_quads(self) -> tuple[np.ndarray, np.ndarray, list[bool]]:
+        """The car's quads in canvas coordinates (Q, 4, 2) and their orientation (Q, 1), as car_dynamics.Car.draw draws
+        its parts (shapes, order, colours), all placed in one transform; and whether each wheel's stripe is hidden."""
+        bodies = self.car_bodies
+        poses = np.array([(*body.position, body.angle) for body in bodies])
+        # the white stripe across each wheel turns with its phase: its ends at the wheel's radius x the cosines of the
+        # phase and the phase + 1.2 rad, an end on the hidden side (sine > 0) pinned to the rim, none when both are
+        radius, half_w = car_dynamics.WHEEL_R * car_dynamics.SIZE, car_dynamics.WHEEL_W * car_dynamics.SIZE
+        stripes, hidden, turning = [], [], []
+        for wheel in bodies[: self.n_wheels]:
+            ends = []
+            for angle in (wheel.phase, wheel.phase + 1.2):
+                cosine = math.cos(angle)
+                ends.append(radius * (math.copysign(1.0, cosine) if cosine and math.sin(angle) > 0 else cosine))
+            hidden.append(math.sin(wheel.phase) > 0 and math.sin(wheel.phase + 1.2) > 0)
+            stripes += [(-half_w, ends[0]), (half_w, ends[0]), (half_w, ends[1]), (-half_w, ends[1])]
+            turning.append(-math.copysign(1.0, ends[1] - ends[0]) if ends[1] != ends[0] else 0.0)  # flipped by the view
+        local = np.concatenate([self.car_local, stripes])
+        body = self.car_body_of_vertex
+        angles = poses[body, 2]
+        c, s = np.cos(angles), np.sin(angles)
+        world = np.stack([local[:, 0] * c - local[:, 1] * s, local[:, 0] * s + local[:, 1] * c], axis=1) + poses[body, :2]
+        orientation = np.empty((len(self.car_quads), 1))
+        orientation[self._car_fixture_places] = self.car_fixture_orientation
+        orientation[self._car_stripe_places, 0] = turning
+        return (world @ self._matrix_t + self._offset)[self.car_quads], orientation, hidden
