@@ -86,7 +86,9 @@ def test_training_goes_on_while_the_races_play_and_the_snapshot_is_what_is_recor
         learner.wall_seconds_at_start = 61.0
         learner.stats.frames_played, learner.stats.batches_done = 5_000, 300
         snapshot = {k: v.clone() for k, v in learner.online.state_dict().items()}
+        minute_before = learner.wall_seconds() / 60
         held_out.start(learner)
+        minute_after = learner.wall_seconds() / 60
         assert held_out.in_progress and held_out.worker.pid is not None
         # the learner trains on while the process plays: these changes are not what it evaluates
         with torch.no_grad():
@@ -101,7 +103,9 @@ def test_training_goes_on_while_the_races_play_and_the_snapshot_is_what_is_recor
             if entry is not None:
                 break
         assert entry is not None and not held_out.in_progress, messages
-        assert (entry["frames_played"], entry["batches_done"]) == (5_000, 300) and 1.0 < entry["minute"] < 1.1
+        assert (entry["frames_played"], entry["batches_done"]) == (5_000, 300)
+        # the minute of the snapshot (recorded to 3 decimals), not of the answer: 200 s by then
+        assert round(minute_before, 3) <= entry["minute"] <= round(minute_after, 3), (minute_before, entry["minute"], minute_after)
         saved = torch.load(tmp_path / "run" / BEST / WEIGHTS_ONLINE, weights_only=True)
         assert all(torch.equal(saved[k], snapshot[k]) for k in snapshot)
         assert learner.stats.held_out_evaluations == 1 and held_out.due(learner)  # 200 s: the second one is due
@@ -132,13 +136,23 @@ def test_a_hung_evaluation_process_is_stopped_after_its_deadline_and_training_go
     monkeypatch.setattr(held_out_module, "START_SLACK_S", 2.0)  # 2 races of 1.6 s game time: a 5.2 s deadline
     learner, messages = _learner(tmp_path)
     held_out = HeldOutEvaluation(tmp_path / "run", "carracing", messages.append)
+    now = [0.0]
+    held_out.worker.clock = lambda: now[0]  # the evaluation's seconds, moved by the test only
     try:
         held_out.start(learner)
+        deadline = held_out_module.answer_deadline_s(learner.cfg)
+        assert deadline == pytest.approx(5.2)
         hung = held_out.worker.pid
         os.kill(hung, signal.SIGSTOP)  # alive, never answering
-        for _ in range(100):  # the run's main loop: a short look each pass
-            if held_out.collect(learner, wait_s=0.1) is None and not held_out.in_progress:
-                break
+        # the run's main loop, a short look each pass: up to the deadline the evaluation is waited for
+        for seconds in (0.0, deadline / 2, deadline):
+            now[0] = seconds
+            assert held_out.collect(learner, wait_s=0.1) is None and held_out.in_progress, (seconds, messages)
+            assert held_out.worker.pid == hung and os.path.exists(f"/proc/{hung}")
+        assert learner.stats.held_out_evaluations == 0 and not any("skipped" in m for m in messages)
+        # past it, the next look stops it
+        now[0] = deadline + 0.001
+        assert held_out.collect(learner, wait_s=0.1) is None
         assert not held_out.in_progress and learner.stats.held_out_evaluations == 1
         assert "held-out evaluation skipped: no answer after 5 s (its process was stopped); training goes on" in messages
         assert held_out.worker.pid is None and not os.path.exists(f"/proc/{hung}")

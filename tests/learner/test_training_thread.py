@@ -59,25 +59,92 @@ def test_the_thread_trains_until_the_credit_is_spent_then_again_when_races_come(
         assert learner.stats.batches_done == learner.stats.single_memories_should_have_been_used // learner.cfg.batch_size
 
 
+class _WatchedState(threading.Condition):
+    """The thread's lock and condition, noting who waits on it: `parked` when the training thread does (it found a
+    pause asked for and waits for its end, no step begun), `pause_waiting` when another thread does (a pause asked
+    for, waiting for the thread to pause)."""
+
+    def __init__(self, training):
+        super().__init__()
+        self.training, self.parked, self.pause_waiting = training, threading.Event(), threading.Event()
+
+    def wait(self, timeout=None):
+        (self.parked if threading.current_thread() is self.training._thread else self.pause_waiting).set()
+        return super().wait(timeout)
+
+
 def test_no_step_runs_inside_a_pause(learner):
-    steps = []
+    inside_pause = threading.Event()  # set by whoever holds a pause, inside the block only
+    began_inside = []  # per step, at its start: whether a pause was being held
+    stepped = threading.Condition()
+    gate, held = threading.Event(), threading.Event()  # a step held in progress: held once it is, until the gate opens
+    hold = threading.Event()  # the next step holds on the gate
+    order = []
     train_step = learner.train_step
 
-    def counted_step():
-        steps.append(time.monotonic())
-        time.sleep(0.005)  # a step takes a while: a pause must wait for the one in progress
-        return train_step()
+    def recorded_step():
+        with stepped:
+            began_inside.append(inside_pause.is_set())
+            stepped.notify_all()
+        result = train_step()
+        if hold.is_set():
+            hold.clear()
+            held.set()
+            assert gate.wait(60)
+            order.append("step ended")
+        return result
 
-    learner.train_step = counted_step
+    def wait_for_steps(count):
+        with stepped:
+            assert stepped.wait_for(lambda: len(began_inside) >= count, 60), "the thread stopped stepping"
+        return len(began_inside)
+
+    learner.train_step = recorded_step
     learner.stats.single_memories_should_have_been_used += 10**6  # credit for the whole test
-    with running(learner) as training:
-        _wait_until(lambda: len(steps) >= 3)
+    training = TrainingThread(learner)
+    training._state = state = _WatchedState(training)
+    training.start()
+    try:
+        wait_for_steps(3)
         for _ in range(5):
+            state.parked.clear()
             with training.paused():
-                inside = len(steps)
-                time.sleep(0.1)
-                assert len(steps) == inside  # not one step began while paused
-            _wait_until(lambda inside=inside: len(steps) > inside)  # and it trains again after
+                inside_pause.set()
+                # the thread parks (its decision not to step, taken with the pause asked for), or a step begins
+                _wait_until(lambda: state.parked.is_set() or any(began_inside))
+                assert not any(began_inside), "a step began inside a pause"
+                inside_pause.clear()
+                inside = len(began_inside)
+            wait_for_steps(inside + 1)  # and it trains again after
+        assert not any(began_inside), began_inside  # not one step began while paused
+
+        # a pause waits for the step in progress
+        hold.set()
+        assert held.wait(60), "no step was held"
+        entered, state.pause_waiting = threading.Event(), threading.Event()
+
+        def pause():
+            with training.paused():
+                inside_pause.set()
+                order.append("pause entered")
+                entered.set()
+                inside_pause.clear()
+
+        pauser = threading.Thread(target=pause)
+        pauser.start()
+        _wait_until(lambda: state.pause_waiting.is_set() or entered.is_set())
+        assert not entered.is_set() and order == [], "the pause was entered while a step was in progress"
+        with state:
+            assert training._pause_requests == 1  # asked for, waiting
+        gate.set()
+        pauser.join(60)
+        assert order == ["step ended", "pause entered"]
+        wait_for_steps(len(began_inside) + 1)
+        assert not any(began_inside), began_inside
+    finally:
+        gate.set()
+        training.stop()
+    training.check()
 
 
 def test_the_wanted_thread_count_is_set_in_the_training_thread(learner):

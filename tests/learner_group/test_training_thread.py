@@ -61,7 +61,14 @@ def test_ranks_step_in_lockstep_pause_together_and_stop_together(tmp_path):
 
         with thread.paused():  # rank 0 pauses: rank 1, owed batches now, takes none either
             rank1.ask("feed", 6)
-            time.sleep(2.0)
+            fed = rank1.ask("report")  # rank 1 answers its commands in order: fed by now
+            assert fed["credit_batches"] > 0 and learner.credit_batches() > 0, fed  # both ranks owed batches
+            with thread._state:
+                asked = thread._rounds_started
+            # two rounds more: the second started on rank 1 after the first ended, so after rank 1 was fed; it carried
+            # both ranks' credit and rank 0's pause, and agreed no step (one round per idle wait: the bound is a hang's)
+            with thread._state:
+                assert thread._state.wait_for(lambda: thread._paused_round_done >= asked + 2, helpers.TIMEOUT_S), "no rounds"
             assert rank1.ask("report")["batches_done"] == learner.stats.batches_done == other["batches_done"]
         helpers.settle(learner)
         moved = rank1.ask("report")
@@ -86,7 +93,9 @@ def test_a_rank_that_dies_fails_the_collective_of_the_others_at_once(tmp_path):
     try:
         pid = rank1.ask("report") and rank1.process.pid
         os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10  # the group's timeout is 30 s: this is the closed connection, not a timeout
+        # within half the group's own timeout: a failure by then is the closed connection, not a timeout
+        assert thread.connection.timeout_s == helpers.TIMEOUT_S
+        deadline = time.monotonic() + thread.connection.timeout_s / 2
         while thread.failure is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert isinstance(thread.failure, GroupCommunicationError), thread.failure

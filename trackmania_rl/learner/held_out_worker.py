@@ -48,6 +48,7 @@ class HeldOutWorker:
         self._process = None
         self._jobs = self._answers = None
         self._submitted_at: float | None = None  # the evaluation in the process, if any
+        self.clock = time.perf_counter  # what its seconds are measured with (tests give it a clock of their own)
 
     @property
     def busy(self) -> bool:
@@ -56,7 +57,7 @@ class HeldOutWorker:
     @property
     def seconds_busy(self) -> float:
         """How long the evaluation in the process has been playing (0 when none is)."""
-        return time.perf_counter() - self._submitted_at if self._submitted_at is not None else 0.0
+        return self.clock() - self._submitted_at if self._submitted_at is not None else 0.0
 
     @property
     def pid(self) -> int | None:
@@ -68,7 +69,7 @@ class HeldOutWorker:
         if self._process is None or not self._process.is_alive():
             self._start_process()
         self._jobs.put((values, weights, list(seeds)))
-        self._submitted_at = time.perf_counter()
+        self._submitted_at = self.clock()
 
     def result(self, wait_s: float = 0.0) -> Answer | None:
         """The submitted evaluation's answer once there is one (waiting up to `wait_s`), else None."""
@@ -85,7 +86,7 @@ class HeldOutWorker:
                 records, failure = None, self._ended()
         except (EOFError, OSError):  # the pipe's only writer is gone, in the middle of an answer or not
             records, failure = None, self._ended()
-        seconds = time.perf_counter() - self._submitted_at
+        seconds = self.clock() - self._submitted_at
         self._submitted_at = None
         return Answer(records, failure, seconds)
 

@@ -170,19 +170,27 @@ def test_a_race_the_learner_could_not_use_is_refused_at_the_door_naming_the_fiel
 def test_a_body_that_stops_arriving_is_answered_408_and_its_connection_freed(served, monkeypatch):
     from trackmania_rl.rollouts.http import server
 
-    monkeypatch.setattr(server, "BODY_TIMEOUT_S", 1.0)
-    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as stalled:
+    default_s, patched_s = server.BODY_TIMEOUT_S, 1.0
+    assert patched_s < default_s / 2
+    monkeypatch.setattr(server, "BODY_TIMEOUT_S", patched_s)
+    # The client waits at most half the server's default body timeout: any answer at all can only have come from the
+    # patched timeout firing, not from the default one (which would leave the recv below to time out).
+    with socket.create_connection(("127.0.0.1", served.port), timeout=default_s / 2) as stalled:
         head = f"POST /v1/rollouts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {served.token}\r\nContent-Length: 100\r\n\r\n"
+        started = time.monotonic()  # before the server can have seen the head, let alone started its body timeout
         stalled.sendall(head.encode() + b"\x00" * 10)  # 10 of the 100 bytes, then nothing
-        started = time.monotonic()
         answer = b""
-        for _ in range(100):  # the head and the body may come in separate packets; the server closes after both
-            part = stalled.recv(4096)
-            if not part:
-                break
-            answer += part
+        try:
+            for _ in range(100):  # the head and the body may come in separate packets; the server closes after both
+                part = stalled.recv(4096)
+                if not part:
+                    break
+                answer += part
+        except TimeoutError:
+            pytest.fail(f"no answer (or no close) within {default_s / 2:g} s: the patched {patched_s:g} s body timeout did not fire")
+        elapsed = time.monotonic() - started
         assert answer.startswith(b"HTTP/1.1 408") and b"within 1 s (10 bytes came)" in answer, answer
-        assert time.monotonic() - started < 5
+        assert elapsed >= patched_s, f"answered 408 after {elapsed:.3f} s, before the {patched_s:g} s body timeout"
         assert part == b""  # closed by the server
     assert served.source.refused["bad_request"] == 1
     assert served.client().json("GET", "/v1/status")[0] == 200

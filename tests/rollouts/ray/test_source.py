@@ -1,6 +1,7 @@
 """The Ray source on a real single-node cluster with real CarRacing races: the envelope, the policy versions,
 pausing, backpressure, a `get` that never waits beyond its timeout, and the CPU bound on actors."""
 
+import inspect
 import time
 from itertools import islice
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from trackmania_rl.games import float_layout_for  # noqa: E402
 from trackmania_rl.games.map_cycle import MapCycle  # noqa: E402
 from trackmania_rl.learner.sources import SourceContext  # noqa: E402
 from trackmania_rl.rollouts.contract import RolloutShape, validate_envelope  # noqa: E402
-from trackmania_rl.rollouts.ray.actor import MAX_RACES_IN_FLIGHT  # noqa: E402
+from trackmania_rl.rollouts.ray.actor import MAX_RACES_IN_FLIGHT, PAUSED_SLEEP_S, STATUS_POLL_S  # noqa: E402
 from trackmania_rl.rollouts.ray.source import RaySource, make_ray_source  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -104,16 +105,42 @@ def test_races_arrive_as_valid_envelopes_paced_and_bounded(ray_head, short_races
             assert clock.readings <= 0.2 / 0.05 + 2, clock.readings
         source.clock = time.perf_counter
 
-        # paused: once the races in flight and in play are taken, no new race comes
-        deadline = time.monotonic() + 30
-        quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < 4.0 and time.monotonic() < deadline:
-            if source.get(timeout_s=0.2) is not None:
-                quiet_since = time.monotonic()
-        assert time.monotonic() - quiet_since >= 4.0, "races kept coming while paused"
+        # paused: every actor acknowledges the pause and parks its game (the race in play, if any, played out); once
+        # every race they played is taken, no new race comes and none is played, while each game goes on checking
+        # the pause (its parked count grows) across several polls of the store. The deadlines bound a hang only.
+        def actor_stats() -> list[dict]:
+            return ray.get([slot.handle.stats.remote() for slot in source.slots], timeout=60)
+
+        def all_taken(stats: list[dict]) -> bool:  # each actor parked, every race it played (this incarnation) taken
+            return all(
+                s["paused"] and s["parked"] > 0 and s["incarnation"] == slot.incarnation and slot.taken == s["races_played"]
+                for s, slot in zip(stats, source.slots, strict=True)
+            )
+
+        deadline = time.monotonic() + 120
+        while not all_taken(stats := actor_stats()):
+            assert time.monotonic() < deadline, ("the actors did not park, or their races did not come", stats)
+            source.get(timeout_s=0.2)
+        # the game's pause checks spanning four of the actor's polls of the store (each could have unpaused it); a race
+        # played meanwhile shows in races_played, and would have to come (every race played is taken so far)
+        checks = 4 * round(STATUS_POLL_S / PAUSED_SLEEP_S) + 1
+        parked_then = [s["parked"] for s in stats]
+        deadline = time.monotonic() + 120
+        while True:
+            assert source.get(timeout_s=0.2) is None, "a race came while paused, after every race played was taken"
+            later = actor_stats()
+            assert all_taken(later), ("a race was played while paused", stats, later)
+            assert [s["races_played"] for s in later] == [s["races_played"] for s in stats], (stats, later)
+            if all(s["parked"] >= then + checks for s, then in zip(later, parked_then, strict=True)):
+                break
+            assert time.monotonic() < deadline, ("the parked games stopped checking the pause", stats, later)
         assert source.health().paused
         source.resume()
         _next_race(source, 30)
+        # the actors' timings are since their last stats() (read above): a race of actor 0 played since brings its own
+        deadline = time.monotonic() + 120
+        while _next_race(source, 30)[2]["collector"] != 0:
+            assert time.monotonic() < deadline, "no race of actor 0 after the pause"
 
         health = source.health()
         assert (health.producers, health.alive, health.exhausted) == (2, 2, False)
@@ -138,12 +165,25 @@ def test_a_run_given_an_address_nothing_answers_at_is_refused_at_once_and_writes
     import sys
 
     from tests.faults.helpers import TRAIN
-    from trackmania_rl.rollouts.ray.cluster import free_port
+    from trackmania_rl.rollouts.ray.cluster import check_answers, free_port
 
     address = f"127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
-    args = ["--ray", address, "--ray-actors", "1", "--save-dir", str(tmp_path / "save"), "--tensorboard-dir", str(tmp_path / "tb")]
-    started = time.monotonic()
-    result = subprocess.run([sys.executable, str(TRAIN), *args, "--max-minutes", "1"], capture_output=True, text=True, timeout=120)
+
+    folders = ["--save-dir", str(tmp_path / "save"), "--tensorboard-dir", str(tmp_path / "tb")]
+
+    def train(actors: int) -> tuple[subprocess.CompletedProcess, float]:
+        args = ["--ray", address, "--ray-actors", str(actors), *folders]
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, str(TRAIN), *args, "--max-minutes", "1"], capture_output=True, text=True, timeout=120)
+        return result, time.monotonic() - started
+
+    # how long a run takes to get to the probe: the same run refused just before it (no actors), Ray imported
+    baseline, start_s = train(0)
+    assert baseline.returncode == 2 and "ray_actors is 0" in baseline.stderr, baseline.stderr
+    result, elapsed = train(1)
     assert result.returncode == 2 and f"nothing answers at {address}" in result.stderr, result.stderr
-    assert time.monotonic() - started < 60  # not Ray's own minute-long retries
+    # refused by the probe, which gives up after its `wait_s`, not by Ray's own retries (20 tries a second or more
+    # apart, then more): the run takes the probe's wait over a start at most as slow again as the baseline's
+    wait_s = inspect.signature(check_answers).parameters["wait_s"].default
+    assert wait_s <= elapsed < 2 * start_s + wait_s, (start_s, elapsed, wait_s)
     assert not (tmp_path / "save" / "carracing_default" / "config_live.py").exists()

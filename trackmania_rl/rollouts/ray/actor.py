@@ -171,6 +171,7 @@ class CollectorActor:
         self.races_put = 0
         self.acknowledged = 0
         self.races_played = 0
+        self.parked = 0  # read-only, for stats(): the game's pause checks in a row that started no race (0: playing)
         self.errors: list[str] = []
         self._poll_once()  # the weights version, the pause flag and the config before the first race
         seed = producer_seed(self.cfg.seed, ACTOR_SEED_BASE + index)  # --seed makes runs independent
@@ -209,8 +210,10 @@ class CollectorActor:
         try:
             while not self.stopping.is_set():
                 if self.paused:  # paced by the learner: alive, but no new race
+                    self.parked += 1
                     time.sleep(PAUSED_SLEEP_S)
                     continue
+                self.parked = 0
                 if player.cfg is not self.cfg:
                     player.update_config(self.cfg)
                 policy = player.policy
@@ -291,6 +294,9 @@ class CollectorActor:
             "races_played": self.races_played,
             "in_flight": in_flight,
             "paused": self.paused,
+            # how many times in a row the game found the pause set and started no race: > 0 only between races (the
+            # race played before is counted in races_played, then put or on its way to the sender); 0 while playing
+            "parked": self.parked,
             "policy_version": self.weights.version,
             "errors": list(self.errors),
             "timings": self.timings.take(),
