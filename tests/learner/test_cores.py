@@ -30,18 +30,20 @@ def test_threads_are_the_cores_left_by_the_games_that_play(cores, games, idle, t
     assert LearnerThreads(cores, games).wanted(idle) == threads
 
 
-def test_update_sets_torchs_threads_and_the_mean_is_weighted_by_time(restore_threads):
+def test_update_keeps_the_count_for_the_training_thread_and_the_mean_is_weighted_by_time(restore_threads):
+    """The count is the training thread's to apply: the thread calling update keeps its own (one, the main thread's)."""
     now = [100.0]
+    torch.set_num_threads(1)
     threads = LearnerThreads(cores=2, games_here=1, clock=lambda: now[0])
-    assert torch.get_num_threads() == 1
+    assert threads.current == 1
     now[0] += 5.0  # before the first take: not in the next mean
     threads.take_mean_threads()
     now[0] += 0.2
-    assert threads.update(idle_games=1) == 2 and torch.get_num_threads() == 2
+    assert threads.update(idle_games=1) == 2 and threads.current == 2 and torch.get_num_threads() == 1
     now[0] += 0.3
     assert threads.update(idle_games=1) == 2  # no change: the 2-thread stretch goes on
     now[0] += 0.3
-    assert threads.update(idle_games=0) == 1 and torch.get_num_threads() == 1
+    assert threads.update(idle_games=0) == 1 and threads.current == 1 and torch.get_num_threads() == 1
     now[0] += 0.2
     assert threads.take_mean_threads() == pytest.approx((0.2 * 1 + 0.6 * 2 + 0.2 * 1) / 1.0)
     now[0] += 1.0

@@ -60,11 +60,23 @@ def set_switch_interval(device: torch.device) -> str:
     return f"interpreter switch interval {1000 * interval_s:g} ms (Python's default: {1000 * PYTHON_SWITCH_INTERVAL_S:g} ms)"
 
 
+def keep_main_thread_single() -> None:
+    """One torch thread for the calling (main) thread, set before it runs any torch work: its own work (taking races,
+    publishing) is light, and the learner's training thread applies the count `LearnerThreads` wants itself.
+
+    Why not more: torch's CPU parallelism is GNU OpenMP, which gives each thread that runs a parallel region a team of
+    its own. Once the threads of all teams outnumber the cores, its idle workers stop spinning and sleep, and every
+    parallel region (each of a train step's hundreds of ops) pays a wake-up: measured on 2 cores, a batch-128 train
+    step on 2 threads in a second thread took 44 ms with the main thread's own 2-thread team alive (1 thread: 45 ms),
+    31 ms without it (docs/performance.md)."""
+    torch.set_num_threads(1)
+
+
 class LearnerThreads:
-    """`update(idle_games)` sets torch's thread count to the cores left by the games that play now; the change is
-    made only when the count changes (torch.set_num_threads costs under a microsecond). `take_mean_threads`
-    gives the time-weighted mean since its previous call, for the aggregate log (`clock`: seconds, tests give their
-    own)."""
+    """`update(idle_games)` computes the torch thread count the training thread wants (`current`): the cores left by
+    the games that play now; the training thread applies it before its steps (torch's count is per OS thread), never
+    the thread that calls `update`. `take_mean_threads` gives the time-weighted mean since its previous call, for the
+    aggregate log (`clock`: seconds, tests give their own)."""
 
     def __init__(self, cores: int, games_here: int, clock: Callable[[], float] = time.perf_counter):
         self.cores = max(1, int(cores))
@@ -84,7 +96,6 @@ class LearnerThreads:
         threads = self.wanted(idle_games)
         if threads != self.current:
             self._account()
-            torch.set_num_threads(threads)
             self.current = threads
         return threads
 

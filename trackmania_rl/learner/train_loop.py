@@ -14,7 +14,7 @@ from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load
 from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
-from trackmania_rl.learner.cores import LearnerThreads, auto_collectors, set_switch_interval
+from trackmania_rl.learner.cores import LearnerThreads, auto_collectors, keep_main_thread_single, set_switch_interval
 from trackmania_rl.learner.group_hooks import GroupHooks
 from trackmania_rl.learner.held_out import FINISH_WAIT_S, HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
@@ -207,6 +207,7 @@ def run_training(options: TrainOptions, group: GroupHooks | None = None) -> int:
     stopped because no collector was left or a rank of its learner group failed (`group`: learner_group/).
     ConfigError, CheckpointError and RunFolderError (bad run name, run locked) come out before anything changed."""
     signals = StopSignals().install()  # first: a signal at any later stage stops the run cleanly
+    keep_main_thread_single()  # before any torch work: the training thread alone takes more cores
     run = _Run()
     if group is not None:
         run.group = group

@@ -34,7 +34,7 @@ from trackmania_rl.device import choose_device
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
 from trackmania_rl.learner.checkpoint import BUFFER, BUFFER_TEST, OPTIMIZER, WEIGHTS_ONLINE, WEIGHTS_TARGET
-from trackmania_rl.learner.cores import LearnerThreads, set_switch_interval
+from trackmania_rl.learner.cores import LearnerThreads, keep_main_thread_single, set_switch_interval
 from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.learner.sources import Pacing, SourceContext, local_source
 from trackmania_rl.learner.train_loop import take_races
@@ -106,6 +106,7 @@ def rank_figures(learner, elapsed_s: float) -> dict:
 def run_rank(spec: dict) -> int:
     """Rank spec["rank"] until rank 0 stops the group: 0, or 1 after a failure (its reason stored for rank 0)."""
     rank = spec["rank"]
+    keep_main_thread_single()  # before any torch work: the training thread alone takes more cores
 
     def log(message: str) -> None:
         print_line(f"[rank {rank}] {message}")
