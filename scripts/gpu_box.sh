@@ -29,19 +29,27 @@
 # CUDA_VISIBLE_DEVICES= DEVICE=cpu for a CPU-only box; docs/cluster.md).
 # DEVICE=cpu runs the benchmarks on the CPU (a check of this script on a machine without a GPU, not a figure).
 set -uo pipefail
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then  # the comment block above is the help
+    sed -n '2,/^[^#]/p' "$0" | sed -e '/^[^#]/d' -e 's/^# \{0,1\}//'
+    exit 0
+fi
 out=$(realpath -m "${1:?usage: bash scripts/gpu_box.sh OUT [MINUTES]}")
 minutes=${2:-5}
 device=${DEVICE:-cuda}
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site:$PYTHONPATH
-fi
 # the run lives in $work, which outlasts this command: a run longer than one device call (10 minutes) is started
 # detached (its own session) by a first call and collected by the next call with the same arguments
 work=${GPU_BOX_WORK:-/tmp/gpu_box_run}
+if compgen -G ".whl/*.whl" >/dev/null; then
+    # not while a run started here goes on: its games read these packages, and a reinstall removes each package's
+    # folder before moving the new one in (the 2026-11-27 H100 run dropped 20 races so: docs/runs/2026-11-27_gpu_box_h100)
+    if [ ! -f "$work/started" ] || [ ! -d /tmp/site ]; then
+        python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    fi
+    [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:$PYTHONPATH
+fi
 [ -f "$work/started" ] || rm -rf "$work/logs"  # a new run: the last one's logs go (its folder is moved aside by --fresh)
 mkdir -p "$work/logs"
 step() { echo "$(date +%T) $*" | tee -a "$out/steps.txt" >> "$work/logs/steps.txt"; }
