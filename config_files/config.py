@@ -18,9 +18,9 @@ physics_steps_per_action = 4
 # [restart] Size of the grey frame the network sees (the HUD bar is cut off before resizing).
 H_downsized = 64
 W_downsized = 64
-# [restart] How frames are drawn: "fast" (the scene drawn straight at the frame's size, ~30x cheaper) or "pygame"
+# [restart] How frames are drawn: "fast" (the scene drawn straight at the frame's size, ~10x cheaper) or "pygame"
 # (CarRacing's own drawing into its 1000 x 800 window, smoothscaled; pixel-exact). docs/config.md says how they differ.
-frame_renderer = "pygame"
+frame_renderer = "fast"
 
 # ---------------------------------------------------------------------------------------------------
 # Float inputs (the layout is declared once in trackmania_rl/games/car_racing/floats.py)
@@ -89,6 +89,9 @@ prio_epsilon = 1e-3
 # Network (IQN) [restart]
 # ---------------------------------------------------------------------------------------------------
 conv_layers = [(16, 4, 2), (32, 4, 2), (32, 3, 2)]  # (out channels, kernel, stride)
+# The frame's encoder: "linesight" (conv_layers as plain convolutions, each followed by LeakyReLU) or "impala" (IMPALA's
+# residual encoder: per conv_layers entry a stage of its channels, 3x3 convolutions, a max-pool and two residual blocks)
+network_encoder = "linesight"
 float_hidden_dim = 128
 dense_hidden_dimension = 256
 iqn_embedding_dimension = 64
@@ -142,6 +145,9 @@ map_cycle = [("train", range(1_000, 50_000), True, True)] * 4 + [
 # 500,000 and up); the best weights by their mean native score are kept in save/<run>/best/. Its time counts.
 held_out_seeds = range(100, 110)
 held_out_eval_period_s = 300  # 0: off
+# What ends the held-out races, and so what the best model is chosen by: "native" (CarRacing-v3's own episode rules,
+# those of published scores: every tile touched, or its 20 s time limit) or "training" (the collectors' cut-offs).
+held_out_rules = "native"
 keep_weights_at_minutes = [30]  # the online weights at these minutes of training, kept as save/<run>/at-minute-MMM/
 
 # ---------------------------------------------------------------------------------------------------

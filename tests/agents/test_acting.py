@@ -71,6 +71,8 @@ ACTING_ARCHITECTURES = [
     {},  # the tiny network of learner_helpers
     dict(conv_layers=[(6, 5, 3)], dense_hidden_dimension=16, iqn_k=4),  # one convolution, odd kernel
     dict(H_downsized=24, W_downsized=20, conv_layers=[(8, 4, 2), (8, 3, 1), (4, 3, 2)], float_hidden_dim=8, iqn_k=6),
+    # IMPALA's residual encoder: its features through torch, the rest of the program folded as for the others
+    dict(network_encoder="impala", H_downsized=20, W_downsized=24, conv_layers=[(4, 1, 1), (6, 1, 1)], iqn_k=4),
 ]
 
 
@@ -82,6 +84,8 @@ def test_inferer_acting_program_computes_forward(jit, architecture, random_state
     of the plain forward at the midpoint fractions, on several architectures, before and after weight
     refreshes; the floats may come as float64."""
     cfg = tiny_config(**ACTING_ARCHITECTURES[architecture])
+    # a residual encoder's padded convolutions round differently by batch size (oneDNN's blocking): float32 rounding
+    tolerance = dict(rtol=1e-4, atol=1e-4) if cfg.network_encoder == "impala" else dict(rtol=1e-5, atol=1e-6)
     layout = layout_for(cfg)
     collector = make_inference_network(cfg, layout, N_ACTIONS, jit=jit)
     inferer = Inferer(collector, cfg, N_ACTIONS)
@@ -95,11 +99,11 @@ def test_inferer_acting_program_computes_forward(jit, architecture, random_state
             with torch.inference_mode():
                 q_forward = collector(img[i : i + 1], floats[i : i + 1], cfg.iqn_k, midpoint_taus(cfg.iqn_k))[0][0].mean(dim=0).numpy()
             if expected is not None:  # the refresh reached the acting program
-                np.testing.assert_allclose(q_forward, expected[i], rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(q_forward, expected[i], **tolerance)
             for state_float in (floats[i].numpy(), floats[i].double().numpy()):
                 action, was_greedy, value, q = inferer.get_exploration_action(img[i].numpy(), state_float)
                 assert q.dtype == np.float32 and q.shape == (N_ACTIONS,)
-                np.testing.assert_allclose(q, q_forward, rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(q, q_forward, **tolerance)
                 assert was_greedy and value == q.max() and action == int(np.argmax(q))
         with torch.no_grad():  # the learner moves on: new weights and normalisation, published to the collector
             for p in shared.parameters():

@@ -157,3 +157,40 @@ def test_load_network_refuses_files_that_are_not_state_dicts(cfg, layout, tmp_pa
     save_network(net, tmp_path / "weights.torch")
     state_dict = read_state_dict(tmp_path / "weights.torch")
     assert list(state_dict) == list(net.state_dict()) and all(torch.equal(v, net.state_dict()[k]) for k, v in state_dict.items())
+
+
+def test_the_impala_encoder_is_a_residual_stack_that_scripts_saves_and_trains(layout, tmp_path, random_states):
+    """network_encoder = "impala": a stage per conv_layers entry (its channels), each halving the frame, two residual
+    blocks a stage that start as the identity; the network scripts, saves and loads, and a Linesight network's weights
+    do not fit it."""
+    from tests.helpers import make_rollout, tiny_config
+    from trackmania_rl.agents.iqn import ImpalaEncoder, ResidualBlock
+
+    cfg = tiny_config(network_encoder="impala", conv_layers=[(4, 1, 1), (6, 1, 1)], H_downsized=20, W_downsized=24)
+    net = IQNNetwork(cfg, layout, N_ACTIONS)
+    assert isinstance(net.img_head, ImpalaEncoder) and net.encoder == "impala"
+    assert net.conv_head_output_dim == 6 * 5 * 6  # 20 x 24 -> 10 x 12 -> 5 x 6, 6 channels
+    blocks = [m for m in net.modules() if isinstance(m, ResidualBlock)]
+    assert len(blocks) == 4 and all(torch.count_nonzero(b.conv1.weight) == 0 for b in blocks)
+    x = torch.randn(2, 4, 10, 12)
+    torch.testing.assert_close(blocks[0](x), x)  # identity at the start
+    img, floats = random_states(cfg, layout, 3)
+    taus = torch.rand(3, 4)
+    scripted = torch.jit.script(net)
+    with torch.no_grad():
+        torch.testing.assert_close(scripted(img, floats, 4, taus)[0], net(img, floats, 4, taus)[0])
+    save_network(net, tmp_path / "impala.pt")
+    other = IQNNetwork(cfg, layout, N_ACTIONS)
+    load_network(other, tmp_path / "impala.pt")
+    with torch.no_grad():
+        torch.testing.assert_close(other(img, floats, 4, taus)[0], net(img, floats, 4, taus)[0])
+    with pytest.raises(StateDictMismatch):
+        load_network(
+            IQNNetwork(cfg.replace(network_encoder="linesight", conv_layers=[(4, 3, 2)]), layout, N_ACTIONS), tmp_path / "impala.pt"
+        )
+    # a learning step moves the residual branches off the identity
+    trainer = Trainer(net, IQNNetwork(cfg, layout, N_ACTIONS), make_optimizer(net, cfg, 1e-3), cfg, torch.device("cpu"))
+    buffer = make_buffer(cfg, layout, 200, batch_size=16, rng=np.random.default_rng(0))
+    fill_buffers(make_rollout(cfg, layout, 120, True), buffer, None, cfg, layout, 0.99, np.random.default_rng(1))
+    trainer.train_on_batch(buffer)
+    assert any(torch.count_nonzero(b.conv1.weight) > 0 for b in blocks)

@@ -175,3 +175,18 @@ def test_nothing_else_imports_the_onnx_tooling():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_an_impala_encoder_exports_and_decides_as_its_acting_program():
+    cfg = tiny_config(network_encoder="impala", conv_layers=[(4, 1, 1), (6, 1, 1)])
+    layout = layout_for(cfg)
+    torch.manual_seed(1)
+    network = make_network(cfg, layout, len(cfg.inputs))
+    with torch.no_grad():  # residual branches off their identity start, so that they count
+        for name, p in network.named_parameters():
+            if "conv1" in name:
+                p.normal_(0.0, 0.1)
+    model = onnx_export.export_acting_network(network, cfg.iqn_k)
+    frames, floats = states(cfg, layout, 5, seed=3)
+    expected = acting_q(network, cfg, layout, frames, floats)
+    np.testing.assert_allclose(onnx_export.OnnxPolicy(model)(frames, floats), expected, rtol=1e-4, atol=1e-4)

@@ -35,6 +35,8 @@ RACE_KEYS = {
     "native_score",
     "progress_fraction",
     "tile_coverage",
+    "every_tile",
+    "lap_time_s",
     "end_reason",
     "n_actions",
     "game_time_s",
@@ -48,6 +50,9 @@ SUMMARY_KEYS = {
     "mean_native_score",
     "std_native_score",
     "mean_tile_coverage",
+    "every_tile_fraction",
+    "mean_lap_time_s",
+    "laps",
     "mean_race_time_s",
     "mean_progress_fraction",
     "seeds",
@@ -151,6 +156,11 @@ def test_summary_of_finished_and_unfinished_races():
         {"seed": 3, "finished": False, "race_time_s": None, "native_score": -50.0, "progress_fraction": 0.05},
     ]
     summary = greedy.summarise(records)
+    assert summary["every_tile_fraction"] is None and summary["mean_lap_time_s"] is None  # records of no tiles, no laps
+    tiles = [True, False, False, False]
+    laps = [30.0, None, 38.0, None]  # a lap is completed without every tile touched too
+    with_tiles = greedy.summarise([{**r, "every_tile": t, "lap_time_s": lap} for r, t, lap in zip(records, tiles, laps, strict=True)])
+    assert with_tiles["every_tile_fraction"] == 0.25 and with_tiles["mean_lap_time_s"] == 34.0 and with_tiles["laps"] == 2
     assert summary["races"] == 4 and summary["finished"] == 2 and summary["rules"] is None
     assert summary["finished_fraction"] == 0.5
     assert summary["mean_native_score"] == pytest.approx(437.5)

@@ -2,6 +2,7 @@
 read as a minute only when it is one, never run as code (a run may come from another machine)."""
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -34,3 +35,18 @@ def test_each_kept_minute_is_evaluated_and_a_folder_name_is_never_run(tmp_path):
     summary = json.loads(line)
     assert summary["minute"] == 7.5 and summary["races"] == 10 and summary["rules"] == "training"
     assert not list(run.glob("minute_*"))  # no minute 99 kept: no test-track evaluation
+
+
+@pytest.mark.slow
+def test_the_curve_by_the_native_rules_goes_to_its_own_file_and_a_bad_rule_is_refused(tmp_path):
+    run = tmp_path / "run"
+    _kept_weights(run / "at-minute-2")
+    script = ["bash", str(ROOT / "scripts" / "evaluate_minutes.sh"), str(run), "2", "99"]
+    result = subprocess.run(script, capture_output=True, text=True, timeout=300, env={**os.environ, "HELD_OUT_RULES": "native"})
+    assert result.returncode == 0, result.stderr
+    (line,) = (run / "by_minute" / "held_out_native.jsonl").read_text().splitlines()
+    summary = json.loads(line)
+    assert summary["minute"] == 2.0 and summary["rules"] == "native" and 0.0 <= summary["every_tile_fraction"] <= 1.0
+    assert not (run / "by_minute" / "held_out.jsonl").exists()
+    refused = subprocess.run(script, capture_output=True, text=True, timeout=60, env={**os.environ, "HELD_OUT_RULES": "gym"})
+    assert refused.returncode == 2 and "HELD_OUT_RULES=gym" in refused.stderr

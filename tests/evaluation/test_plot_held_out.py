@@ -42,3 +42,18 @@ def test_labels_must_name_every_run(tmp_path):
     assert refused.returncode == 2 and "1 label(s) for 2 run(s)" in refused.stderr
     accepted = subprocess.run([*command, "2 cores", "GPU box"], capture_output=True, text=True, timeout=120)
     assert accepted.returncode == 0, accepted.stderr
+
+
+def test_evaluations_by_other_rules_are_curves_of_their_own_and_another_file_can_be_read(tmp_path):
+    """A run whose held_out_rules changed mid-run: the scores of the two rules do not compare, each is summed up apart."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [(5.0, 880.0, "training"), (10.0, 920.0, "training"), (15.0, 890.0, "native"), (20.0, 910.0, "native")]
+    lines = [json.dumps({"minute": m, "mean_native_score": s, "rules": r, "seeds": [100]}) for m, s, r in rows]
+    (run / "held_out_native.jsonl").write_text("\n".join(lines) + "\n")
+    command = [sys.executable, str(SCRIPT), str(run), "--file", "held_out_native.jsonl", "--out", str(tmp_path / "p.png")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    curves = {c["rules"]: c for c in map(json.loads, result.stdout.splitlines())}
+    assert (curves["training"]["best_mean_native_score"], curves["training"]["first_minute_at_threshold"]) == (920.0, 10.0)
+    assert (curves["native"]["best_mean_native_score"], curves["native"]["first_minute_at_threshold"]) == (910.0, 20.0)

@@ -19,11 +19,12 @@ from trackmania_rl.learner.held_out import HELD_OUT_LOG, HeldOutEvaluation
 from trackmania_rl.learner.learner import Learner
 
 HELD_OUT = SHORT_RACES + "held_out_seeds = [100, 101]\nheld_out_eval_period_s = 60\nkeep_weights_at_minutes = [1, 2]\n"
+BY_TRAINING_RULES = HELD_OUT + 'held_out_rules = "training"\n'
 
 
-def _learner(tmp_path):
+def _learner(tmp_path, config=BY_TRAINING_RULES):
     messages = []
-    live = LiveConfig(write_config(tmp_path, HELD_OUT), log=messages.append)
+    live = LiveConfig(write_config(tmp_path, config), log=messages.append)
     learner = Learner(live, float_layout_for(live.current), torch.device("cpu"), tmp_path / "run", log=messages.append)
     return learner, messages
 
@@ -195,3 +196,28 @@ def test_held_out_tracks_that_the_map_cycle_trains_on_are_refused(tmp_path):
     # a blind map (not stored) may share them
     ok = "held_out_seeds = [5]\nmap_cycle = [('train', range(1_000, 40_000), True, True), ('blind', range(0, 10), False, False)]\n"
     assert load_config(write_config(tmp_path, ok), game_backend="carracing").held_out_seeds == [5]
+
+
+def test_by_the_native_rules_the_records_and_the_best_say_so_and_a_change_of_rules_restarts_the_best(tmp_path):
+    """The default: races ended as CarRacing-v3 ends an episode (no cut-off, its 20 s time limit); every record, the log
+    line and best.json name the rules, with the share of races that touched every tile and the lap time. A best chosen
+    by other rules does not compare: the first evaluation by the new rules replaces it."""
+    learner, messages = _learner(tmp_path, HELD_OUT)
+    assert learner.cfg.held_out_rules == "native"
+    held_out = HeldOutEvaluation(tmp_path / "run", "carracing", messages.append)
+    try:
+        learner.stats.held_out_best_score, learner.stats.held_out_best_rules = 10_000.0, "training"  # unbeatable, other rules
+        entry = _evaluate(held_out, learner)
+        assert entry["rules"] == "native" and {"every_tile_fraction", "mean_lap_time_s"} <= set(entry)
+        assert 0.0 <= entry["every_tile_fraction"] <= 1.0  # by the native rules, finished is every tile touched
+        assert entry["every_tile_fraction"] == entry["finished_fraction"]
+        line = next(m for m in messages if "held-out evaluation at minute" in m)
+        assert "by the native rules" in line and "% every tile" in line
+        assert any("now by the native rules" in m for m in messages)
+        record = json.loads((tmp_path / "run" / BEST / BEST_JSON).read_text())
+        assert record["rules"] == "native" and record["score"] == entry["mean_native_score"]
+        assert (learner.stats.held_out_best_score, learner.stats.held_out_best_rules) == (entry["mean_native_score"], "native")
+        logged = json.loads((tmp_path / "run" / HELD_OUT_LOG).read_text().splitlines()[-1])
+        assert logged["rules"] == "native" and logged["every_tile_fraction"] == entry["every_tile_fraction"]
+    finally:
+        held_out.close()

@@ -113,7 +113,9 @@ class MeanQAtFixedTaus:
     - the mean over quantiles and the dueling combination V + A - mean(A) are linear, so they are folded
       into the last matrix: the N quantiles' hidden vectors side by side times N stacked copies of it.
     The result equals forward's to float rounding (~1e-7; tests/agents/test_acting.py checks several
-    architectures). After every weight refresh (`InferenceNetwork.load_state_dict_from` bumps the
+    architectures). The folding is for Linesight's plain convolutions; another encoder (`network_encoder =
+    "impala"`: padding, pooling, residual sums) computes the frame's features through its torch module, the rest of
+    the program unchanged. After every weight refresh (`InferenceNetwork.load_state_dict_from` bumps the
     generation) the weights are rewritten into the kept matrices, by `prepare()` or at the next call. Not
     thread-safe: every call reuses the same buffers. Measured in docs/performance.md."""
 
@@ -122,7 +124,8 @@ class MeanQAtFixedTaus:
             raise ValueError(f"fixed fractions must have shape (1, N), got {tuple(taus.shape)}")
         if network.device.type != "cpu":
             raise ValueError(f"the acting program runs on the CPU; this network is on {network.device}")
-        for conv in network.module.convolutions:
+        self._folded = network.module.encoder == "linesight"  # the encoder's convolutions as matrix products
+        for conv in network.module.convolutions if self._folded else ():
             if conv.padding != (0, 0) or conv.dilation != (1, 1) or conv.groups != 1:
                 raise ValueError("the folded acting program supports convolutions without padding, dilation or groups")
         self.network = network
@@ -137,7 +140,7 @@ class MeanQAtFixedTaus:
         channels = 1
         self._frame_shape = (height, width)
         self._convs = []
-        for conv in m.convolutions:
+        for conv in m.convolutions if self._folded else ():
             (kh, kw), (sh, sw) = conv.kernel_size, conv.stride
             out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
             n_in = kh * kw * channels
@@ -155,12 +158,16 @@ class MeanQAtFixedTaus:
                 self._frame_patch_strides = patch_strides
             self._convs.append(layer)
             height, width, channels = out_h, out_w, conv.out_channels
-        conv_dim = channels * height * width
+        conv_dim = channels * height * width if self._folded else m.conv_head_output_dim
         float_in, float_out = m.float_input_layer, m.float_output_layer
         self._float_in = _Layer(np.ones((1, float_in.in_features + 1), np.float32), float_in.out_features)
         self._float_out = _Layer(np.ones((1, float_out.in_features + 1), np.float32), float_out.out_features)
         self._features = np.empty(conv_dim + float_out.out_features, np.float32)
-        self._conv_features = self._features[:conv_dim].reshape(channels, height * width).T  # forward's channels-first
+        if self._folded:
+            self._conv_features = self._features[:conv_dim].reshape(channels, height * width).T  # forward's channels-first
+        else:
+            self._conv_features = self._features[:conv_dim]
+            self._frame = torch.empty((1, 1, *self._frame_shape), dtype=torch.float32)
         self._float_features = self._features[None, conv_dim:]
         n_quantiles = self.taus.shape[1]
         a_hidden, a_out = m.advantage_hidden_layer, m.advantage_output_layer
@@ -174,7 +181,7 @@ class MeanQAtFixedTaus:
     def _rewrite(self) -> None:
         """The network's current weights -> the program's matrices, in place."""
         m = self.network.module
-        for i, (conv, layer) in enumerate(zip(m.convolutions, self._convs, strict=True)):
+        for i, (conv, layer) in enumerate(zip(m.convolutions if self._folded else (), self._convs, strict=True)):
             weight, bias = _numpy(conv.weight), _numpy(conv.bias)
             if i == 0:  # the frame's (x - 128) / 128
                 weight, bias = weight / 128.0, bias - weight.sum(axis=(1, 2, 3))
@@ -208,13 +215,18 @@ class MeanQAtFixedTaus:
         frame = np.ascontiguousarray(frame)
         if frame.shape[-2:] != self._frame_shape or frame.size != frame.shape[-1] * frame.shape[-2]:
             raise ValueError(f"expected a frame of shape (1, {self._frame_shape[0]}, {self._frame_shape[1]}), got {frame.shape}")
-        first, *others = self._convs
-        np.copyto(first.patches, _strided(frame, first.patches.shape, self._frame_patch_strides))  # to float32
-        first.run(activation_into=first.out)
-        for layer in others:
-            np.copyto(layer.patches, layer.source)
-            layer.run(activation_into=layer.out)
-        np.copyto(self._conv_features, self._convs[-1].out)
+        if self._folded:
+            first, *others = self._convs
+            np.copyto(first.patches, _strided(frame, first.patches.shape, self._frame_patch_strides))  # to float32
+            first.run(activation_into=first.out)
+            for layer in others:
+                np.copyto(layer.patches, layer.source)
+                layer.run(activation_into=layer.out)
+            np.copyto(self._conv_features, self._convs[-1].out)
+        else:
+            with torch.no_grad():
+                self._frame.copy_(torch.from_numpy(frame).reshape(self._frame.shape)).sub_(128.0).div_(128.0)
+                np.copyto(self._conv_features, self.network.module.img_head(self._frame)[0].numpy())
         np.copyto(self._float_in.inputs[0, :-1], state_float)
         self._float_in.run(activation_into=self._float_out.inputs[:, :-1])
         self._float_out.run(activation_into=self._float_features)

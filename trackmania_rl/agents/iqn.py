@@ -1,7 +1,8 @@
 """IQN agent (Dabney et al. 2018) with Linesight's architecture, on any device (DESIGN §3.6).
 
 - `IQNNetwork(cfg, layout, n_actions)`: conv head on the uint8 frame (mapped to [-1, 1) inside the network:
-  (x - 128) / 128), float MLP on the float vector normalised by the layout's mean/std (registered buffers,
+  (x - 128) / 128): Linesight's plain convolutions (`network_encoder = "linesight"`, `conv_layers`) or an IMPALA-style
+  residual encoder (`"impala"`, `ImpalaEncoder`), float MLP on the float vector normalised by the layout's mean/std (registered buffers,
   so they are saved with the weights), cosine quantile embedding cos(pi i tau), i = 1..E, Hadamard product
   with the state features, dueling heads. forward(img, floats, n_quantiles, taus=None) -> (Q (B, N, A), taus (B, N)).
 - Named layers: `convolutions`, `float_input_layer`, `float_output_layer`, `advantage_hidden_layer`,
@@ -34,6 +35,43 @@ LEAKY_SLOPE = 0.01
 _FIRST_LINEAR, _SECOND_LINEAR = 0, 2
 
 
+ENCODERS = ("linesight", "impala")  # config setting network_encoder
+
+
+class ResidualBlock(nn.Module):
+    """x + conv(relu(conv(relu(x)))), 3x3 convolutions keeping the size and the channels (IMPALA's block)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class ImpalaEncoder(nn.Module):
+    """The residual encoder of IMPALA (Espeholt et al. 2018), as the larger image encoder Linesight's maintainers list
+    among their wishes: per stage a 3x3 convolution to its channels, a 3x3 max-pool of stride 2 (the size halves,
+    rounded up) and two residual blocks; ReLU and flatten at the end. One stage per entry of `channels`."""
+
+    def __init__(self, channels: list[int], in_channels: int = 1):
+        super().__init__()
+        stages: list[nn.Module] = []
+        for out_channels in channels:
+            stages += [
+                nn.Conv2d(in_channels, out_channels, 3, padding=1),
+                nn.MaxPool2d(3, stride=2, padding=1),
+                ResidualBlock(out_channels),
+                ResidualBlock(out_channels),
+            ]
+            in_channels = out_channels
+        self.stages = nn.Sequential(*stages)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(torch.relu(self.stages(x)), 1)
+
+
 class IQNNetwork(nn.Module):
     # the named-layer properties are for Python code (acting program, tests), not for TorchScript, which
     # would otherwise try to compile them when the network is scripted
@@ -53,13 +91,19 @@ class IQNNetwork(nn.Module):
         self.float_dim = int(layout.dim)
         self.embedding_dim = int(cfg.iqn_embedding_dimension)
         self.image_shape = image_shape = (1, int(cfg.H_downsized), int(cfg.W_downsized))
-        layers: list[nn.Module] = []
-        channels = 1
-        for out_channels, kernel, stride in cfg.conv_layers:
-            layers += [nn.Conv2d(channels, out_channels, kernel, stride), nn.LeakyReLU(LEAKY_SLOPE)]
-            channels = out_channels
-        layers.append(nn.Flatten())
-        self.img_head = nn.Sequential(*layers)
+        self.encoder = str(cfg.network_encoder)
+        if self.encoder == "impala":  # one stage per conv layer, with its channels (its kernel and stride unused)
+            self.img_head = ImpalaEncoder([int(out_channels) for out_channels, _, _ in cfg.conv_layers])
+        elif self.encoder == "linesight":
+            layers: list[nn.Module] = []
+            channels = 1
+            for out_channels, kernel, stride in cfg.conv_layers:
+                layers += [nn.Conv2d(channels, out_channels, kernel, stride), nn.LeakyReLU(LEAKY_SLOPE)]
+                channels = out_channels
+            layers.append(nn.Flatten())
+            self.img_head = nn.Sequential(*layers)
+        else:
+            raise ValueError(f"config setting `network_encoder` = {self.encoder!r}: expected one of {list(ENCODERS)}")
         with torch.no_grad():
             self.conv_head_output_dim = int(self.img_head(torch.zeros(1, *image_shape)).shape[1])
         hidden = int(cfg.float_hidden_dim)
@@ -85,6 +129,9 @@ class IQNNetwork(nn.Module):
             if isinstance(module, (nn.Conv2d, nn.Linear)):
                 nn.init.orthogonal_(module.weight, gain)
                 nn.init.zeros_(module.bias)
+        for module in self.modules():
+            if isinstance(module, ResidualBlock):  # each block starts as the identity: stacked blocks keep the scale
+                nn.init.zeros_(module.conv1.weight)
         nn.init.orthogonal_(self.iqn_fc.weight, gain * math.sqrt(2))  # cos features have variance 1/2
         nn.init.orthogonal_(self.advantage_output_layer.weight, 1.0)
         nn.init.orthogonal_(self.value_output_layer.weight, 1.0)
@@ -96,7 +143,7 @@ class IQNNetwork(nn.Module):
     @property
     def convolutions(self) -> tuple[nn.Conv2d, ...]:
         """The conv head's convolutions, first to last."""
-        return tuple(layer for layer in self.img_head if isinstance(layer, nn.Conv2d))
+        return tuple(layer for layer in self.img_head.modules() if isinstance(layer, nn.Conv2d))
 
     @property
     def float_input_layer(self) -> nn.Linear:

@@ -9,6 +9,7 @@ architecture, at its batch size) both ways at start-up and keeps bfloat16 only w
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,18 +88,46 @@ def bfloat16_usable(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def choose_precision(setting: str, cfg, layout, n_actions: int, device: torch.device, log: Callable[[str], None]) -> PrecisionChoice:
-    """The train step's dtype for `training_precision` = "float32", "bfloat16" or "auto" (probe), logged."""
+def choose_precision(
+    setting: str, cfg, layout, n_actions: int, device: torch.device, log: Callable[[str], None], threads: int | None = None
+) -> PrecisionChoice:
+    """The train step's dtype for `training_precision` = "float32", "bfloat16" or "auto" (probe), logged. `threads`:
+    the torch threads the training thread will step on; the probe times the step on as many, in a thread of its own
+    (None: on this thread, as it is set)."""
     if setting in PRECISIONS:
         choice = PrecisionChoice(PRECISIONS[setting], f"training_precision = {setting!r}")
     elif not bfloat16_usable(device):
         choice = PrecisionChoice(torch.float32, f"auto: {device.type} has no bfloat16 autocast")
     else:
-        medians = time_train_steps(cfg, layout, n_actions, device, (torch.float32, torch.bfloat16))
-        probe = f"probe of the train step at batch {cfg.batch_size} on {device.type} ({torch.get_num_threads()} thread(s))"
+        probe_threads = threads or torch.get_num_threads()
+        medians = on_threads(threads, lambda: time_train_steps(cfg, layout, n_actions, device, (torch.float32, torch.bfloat16)))
+        probe = f"probe of the train step at batch {cfg.batch_size} on {device.type} ({probe_threads} thread(s))"
         choice = choice_from_probe(medians[torch.float32], medians[torch.bfloat16], probe)
     log(f"training precision {choice.name}: {choice.reason}")
     return choice
+
+
+def on_threads(threads: int | None, work: Callable[[], object]):
+    """work() on a short-lived thread set to `threads` torch threads (None: on this thread, as it is). The learner's
+    main thread keeps one torch thread (learner/cores.py keep_main_thread_single): a team of OpenMP workers of its own
+    would stay alive and slow the training thread's; a thread that ends takes its team with it."""
+    if threads is None:
+        return work()
+    outcome: dict = {}
+
+    def run():
+        try:
+            torch.set_num_threads(threads)
+            outcome["value"] = work()
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name="on-threads")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def choice_from_probe(float32_ms: float, bfloat16_ms: float, probe: str) -> PrecisionChoice:

@@ -49,7 +49,7 @@ import torch
 import torch.multiprocessing as torch_mp
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
-from trackmania_rl.agents.acting import acting_torch_settings
+from trackmania_rl.agents.acting import acting_torch_settings, make_inference_network
 from trackmania_rl.agents.iqn import IQNNetwork, make_network
 from trackmania_rl.agents.policy import CollectorPolicy
 from trackmania_rl.benchmarks import frame_fidelity
@@ -309,6 +309,7 @@ def run(args):
     }
     yield from _render_figures(cfg, n_seeds=2 if quick else 6)
     yield from _decision_figures(cfg, n_seeds=2 if quick else 6)
+    yield from _games_per_process_figures(cfg, seconds=2.0 if quick else 6.0)
     yield from frame_fidelity.run(SHIPPED_WEIGHTS, quick)
 
 
@@ -376,6 +377,75 @@ def _render_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
         "of_which_grey_conversion_ms": round(median_ms["convert"], 4),
         **fast,
     }
+
+
+GAMES_PER_PROCESS = (1, 2, 4)
+
+
+def _games_per_process_figures(cfg, seconds: float):
+    """`game.games_per_process_actions_per_s`: K games played in one process (one core, the collector's torch
+    settings), each action of each game its physics steps and its fast-renderer frame, and one decision per step for
+    all K states: K = 1 through the collectors' batch-1 acting program, K > 1 through one batched forward of the
+    TorchScript network (the mean Q at the fixed fractions), and through the batch-1 program K times for comparison.
+    Actions per second of the process; `..._ratio_batched`: K games with a batched decision over one game (the
+    collectors' path), the gain seed 000's batched decisions would bring (adopted at >= 1.2). The cars hold a fixed
+    throttle and steering (the decisions are paid for, not played): the game work of every K is the same."""
+    from trackmania_rl.agents.exploration import midpoint_taus
+
+    layout = make_float_layout(cfg)
+    fast_cfg = cfg.replace(frame_renderer="fast")
+    with acting_torch_settings():
+        network = make_inference_network(fast_cfg, layout, len(cfg.inputs), jit=True)
+        network.load_state_dict_from(make_network(fast_cfg, layout, len(cfg.inputs), "cpu"))
+        taus = midpoint_taus(cfg.iqn_k)
+        acting = network.mean_q_at(taus)
+        floats = layout.mean.astype(np.float32)
+        frame_size = (cfg.H_downsized, cfg.W_downsized)
+        size = frame_render_size(*frame_size)
+        envs = [CarRacingEnv(size, fast_frame_size=frame_size) for _ in range(max(GAMES_PER_PROCESS))]
+        control = np.array([0.1, 0.3, 0.0])
+
+        def play(k: int, decide: str) -> float:
+            for index, env in enumerate(envs[:k]):
+                env.reset(seed=index)
+            actions, started = 0, time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                frames = []
+                for env in envs[:k]:
+                    for _ in range(cfg.physics_steps_per_action):
+                        env.step(control)
+                    frames.append(env.render_fast_frame())
+                if decide == "batched":
+                    with torch.inference_mode():
+                        img = torch.from_numpy(np.stack(frames))
+                        network(img, torch.from_numpy(floats).expand(k, -1), cfg.iqn_k, taus)[0].mean(dim=1).numpy()
+                else:
+                    for frame in frames:
+                        acting(frame, floats)
+                actions += k
+            return actions / (time.perf_counter() - started)
+
+        rates = {(k, decide): [] for k in GAMES_PER_PROCESS for decide in ("each", "batched") if k > 1 or decide == "each"}
+        try:
+            for rep in range(3):  # taking turns, so that the machine's drift hits all alike
+                order = list(rates)
+                for key in order[rep % len(order) :] + order[: rep % len(order)]:
+                    rates[key].append(play(*key))
+        finally:
+            for env in envs:
+                env.close()
+    one = statistics.median(rates[(1, "each")])
+    for (k, decide), values in rates.items():
+        yield {
+            "figure": f"game.games_per_process_actions_per_s.k{k}_{decide}",
+            "value": round(statistics.median(values), 1),
+            "unit": "actions/s of one process",
+            "samples": [round(v, 1) for v in values],
+            "decision": "batch-1 acting program per state" if decide == "each" else f"one TorchScript forward at batch {k}",
+        }
+    for k in GAMES_PER_PROCESS[1:]:
+        ratio = statistics.median(rates[(k, "batched")]) / one
+        yield {"figure": f"game.games_per_process_ratio_batched.k{k}", "value": round(ratio, 3), "unit": "ratio", "adopt_at": ">= 1.2"}
 
 
 def bfloat16_mean_q(network: IQNNetwork, taus: torch.Tensor):

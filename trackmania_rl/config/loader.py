@@ -92,8 +92,9 @@ def build_config(values: dict, game_backend: str = "carracing", inputs: dict | N
     if values["shaped_reward_min_dist_to_cur_vcp"] > values["shaped_reward_max_dist_to_cur_vcp"]:
         raise ConfigError(f"{source}: setting `shaped_reward_min_dist_to_cur_vcp` must not exceed `shaped_reward_max_dist_to_cur_vcp`")
     height, width = values["H_downsized"], values["W_downsized"]
-    for _channels, kernel, stride in values["conv_layers"]:
-        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    if values["network_encoder"] == "linesight":  # the impala encoder's stages only halve the size, rounded up
+        for _channels, kernel, stride in values["conv_layers"]:
+            height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
     if height < 1 or width < 1:
         raise ConfigError(
             f"{source}: setting `conv_layers` does not fit a {values['H_downsized']}x{values['W_downsized']} frame "

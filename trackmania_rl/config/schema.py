@@ -182,6 +182,11 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "prio_beta": (_probability, "a number in [0, 1]", False),
     "prio_epsilon": (_positive_number, "a positive number", False),
     "conv_layers": (_conv_layers, "a list of (channels, kernel, stride) positive integers", True),
+    "network_encoder": (
+        lambda v: v in ("linesight", "impala"),
+        '"linesight" (conv_layers as plain convolutions) or "impala" (a residual stage per conv_layers entry, its channels)',
+        True,
+    ),
     "float_hidden_dim": (_positive_int, "a positive integer", True),
     "dense_hidden_dimension": (_positive_int, "a positive integer", True),
     "iqn_embedding_dimension": (_positive_int, "a positive integer", True),
@@ -226,6 +231,11 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "collector_stall_timeout_s": (_positive_number, "a positive number (s)", False),
     "held_out_seeds": (_held_out_seeds, f"a range or list of 1 to 1000 track seeds, each from 0 to {HELD_OUT_SEEDS_BELOW - 1}", False),
     "held_out_eval_period_s": (_non_negative_number, "a number of seconds >= 0 (0: no held-out evaluation)", False),
+    "held_out_rules": (
+        lambda v: v in ("native", "training"),
+        '"native" (CarRacing-v3\'s own episode rules) or "training" (the collectors\' cut-offs and finish line)',
+        False,
+    ),
     "keep_weights_at_minutes": (_minutes_list, "a list of increasing positive minutes of training", False),
     "max_training_backlog_batches": (_positive_int, "a positive integer (batches owed to the replay ratio)", False),
     # ---- a learner group (--learners N > 1, learner_group/)
@@ -272,6 +282,7 @@ ADDED_LATER = {
     "learner_group_timeout_s": 120.0,
     "seed": 0,
     "frame_renderer": "pygame",  # every model and run before it saw CarRacing's own drawing
+    "network_encoder": "linesight",
     "training_precision": "auto",
     "training_cuda_graphs": "auto",
     "off_road_penalty_per_action": 0.0,
@@ -279,6 +290,7 @@ ADDED_LATER = {
     "road_tile_reward_max_m_behind_furthest": None,
     "held_out_seeds": range(100, 110),
     "held_out_eval_period_s": 300,
+    "held_out_rules": "training",  # the held-out races of every run before it ended by the training rules
     "keep_weights_at_minutes": [30],
     "ray_address": None,
     "ray_actors": 0,

@@ -24,8 +24,8 @@ class GroupHooks:
     def learner_threads(self, cores: int, games_here: int) -> LearnerThreads:
         return LearnerThreads(cores, games_here)
 
-    def make_learner(self, live, layout, device, run_dir, source, logger, log) -> Learner:
-        return Learner(live, layout, device, run_dir, source=source, logger=logger, log=log, resume=True)
+    def make_learner(self, live, layout, device, run_dir, source, logger, log, threads: int | None = None) -> Learner:
+        return Learner(live, layout, device, run_dir, source=source, logger=logger, log=log, resume=True, threads=threads)
 
     def start(self, learner: Learner) -> None:
         """Before the sources start: the other ranks (none here)."""

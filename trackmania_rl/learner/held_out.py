@@ -4,16 +4,17 @@ Every `held_out_eval_period_s` of the run's training time, the learner takes a s
 training thread paused for the copy alone) and a process of its own (learner/held_out_worker.py) plays one greedy
 race with them on each track of `held_out_seeds` (tracks the map cycle never stores; all below 50,000, while final
 test tracks are 500,000 and up) while the learner goes on taking races and training; the record, when it comes,
-carries the minute, frames and batches of the snapshot. The races end by the training rules
-(held_out_worker.HELD_OUT_RULES: the finish line, the config's overall and no-progress cut-offs; games/base.py), not
-by CarRacing-v3's native episode rules that scripts/evaluate.py uses by default, so that the curve measures the races
-the agent trains on and stays comparable across runs; every record says so. The summary (mean and spread of the
-native score, finished share, tile coverage) goes to TensorBoard (`held_out/...`), to `save/<run>/held_out.jsonl`
-(one line per evaluation, with the minute), and to the run's counters. When the mean beats the best so far, the
-evaluated weights become the best model folder `save/<run>/best/` (weights, the settings they were taken under,
-best.json). At each minute of `keep_weights_at_minutes` the online weights are kept as the model folder
-`save/<run>/at-minute-MMM/`. An evaluation still playing when the time limit ends the run is waited for (up to
-FINISH_WAIT_S); a stop by signal drops it.
+carries the minute, frames and batches of the snapshot. The races end by the config's `held_out_rules`
+(games/base.py): "native", CarRacing-v3's own episode rules, those of published scores and of scripts/evaluate.py's
+default (every tile touched, off the playfield, or the 20 s time limit), or "training", the collectors' (the finish
+line, the config's overall and no-progress cut-offs; the only rules before 2026-11-28); every record says which. The
+summary (mean and spread of the native score, finished share, share of races that touched every tile, mean lap
+time, tile coverage) goes to TensorBoard (`held_out_<rules>/...`), to `save/<run>/held_out.jsonl` (one line per
+evaluation, with the minute), and to the run's counters. When the mean beats the best so far, the evaluated weights
+become the best model folder `save/<run>/best/` (weights, the settings they were taken under, best.json): the best
+model is the best by the rules its races were played by. At each minute of `keep_weights_at_minutes` the online
+weights are kept as the model folder `save/<run>/at-minute-MMM/`. An evaluation still playing when the time limit ends
+the run is waited for (up to FINISH_WAIT_S); a stop by signal drops it.
 """
 
 from __future__ import annotations
@@ -36,12 +37,17 @@ from trackmania_rl.rollouts.greedy import summarise
 HELD_OUT_LOG = "held_out.jsonl"
 FINISH_WAIT_S = 120.0  # for the evaluation still playing at the time limit (10 races take 7-20 s)
 START_SLACK_S = 60.0  # an evaluation's allowance beyond its races' game time (process start, a loaded machine)
+NATIVE_RACE_LIMIT_S = 20.0  # CarRacing-v3's TimeLimit: 1000 physics steps of 20 ms (games/car_racing/env.py native_step_limit)
 
 
 def answer_deadline_s(cfg) -> float:
-    """How long an evaluation may play before it is taken for hung: every race at its overall cut-off, in game time
-    played no faster than real time (CarRacing plays ~10x faster), plus START_SLACK_S."""
-    return START_SLACK_S + len(cfg.held_out_seeds) * cfg.cutoff_rollout_if_race_not_finished_within_duration_ms / 1000
+    """How long an evaluation may play before it is taken for hung: every race as long as its rules let it last (the
+    overall cut-off; by the native rules CarRacing-v3's time limit, whichever is longer), in game time played no faster
+    than real time (CarRacing plays ~10x faster), plus START_SLACK_S."""
+    race_s = cfg.cutoff_rollout_if_race_not_finished_within_duration_ms / 1000
+    if cfg.held_out_rules == "native":
+        race_s = max(race_s, NATIVE_RACE_LIMIT_S)
+    return START_SLACK_S + len(cfg.held_out_seeds) * race_s
 
 
 def minute_folder(minute: float) -> str:
@@ -150,19 +156,46 @@ class HeldOutEvaluation:
             "policy_version": snapshot.policy_version,
             "eval_seconds": round(seconds, 2),
             "rules": summary["rules"],
-            **{k: summary[k] for k in ("races", "finished_fraction", "mean_native_score", "std_native_score", "mean_tile_coverage")},
+            **{
+                k: summary[k]
+                for k in (
+                    "races",
+                    "finished_fraction",
+                    "mean_native_score",
+                    "std_native_score",
+                    "every_tile_fraction",
+                    "mean_lap_time_s",
+                    "mean_tile_coverage",
+                )
+            },
             "seeds": summary["seeds"],
         }
         learner.stats.held_out_latest_score = summary["mean_native_score"]
+        if learner.stats.held_out_best_score is not None and learner.stats.held_out_best_rules != entry["rules"]:
+            # scores of other rules do not compare: the first evaluation by these rules replaces the best
+            self.log(
+                f"held-out evaluation now by the {entry['rules']} rules (the best so far, {learner.stats.held_out_best_score:.1f}, was by "
+                f"the {learner.stats.held_out_best_rules} rules): best/ is chosen by the {entry['rules']} rules from now on"
+            )
+            learner.stats.held_out_best_score = None
         self._append(entry)
         if self.logger is not None:
-            shown = ("mean_native_score", "std_native_score", "finished_fraction", "mean_tile_coverage", "minute", "eval_seconds")
-            self.logger.scalars("held_out", {k: entry[k] for k in shown}, snapshot.frames_played)
-        best = learner.stats.held_out_best_score
+            shown = (
+                "mean_native_score",
+                "std_native_score",
+                "finished_fraction",
+                "every_tile_fraction",
+                "mean_lap_time_s",
+                "mean_tile_coverage",
+            )
+            figures = {k: entry[k] for k in (*shown, "minute", "eval_seconds") if entry[k] is not None}
+            self.logger.scalars(f"held_out_{entry['rules']}", figures, snapshot.frames_played)
+        best = learner.stats.held_out_best_score  # by the same rules (reset above otherwise)
+        laps = "" if summary["mean_lap_time_s"] is None else f", laps {summary['mean_lap_time_s']:.2f} s"
         self.log(
             f"held-out evaluation at minute {snapshot.minute:.1f}: mean native score {summary['mean_native_score']:.1f} "
             f"± {summary['std_native_score']:.1f} on {summary['races']} tracks by the {summary['rules']} rules, "
-            f"{100 * summary['finished_fraction']:.0f} % finished "
+            f"{100 * summary['finished_fraction']:.0f} % finished, {100 * (summary['every_tile_fraction'] or 0):.0f} % every tile{laps} "
             f"({entry['eval_seconds']:.0f} s, {learner.stats.batches_done - snapshot.batches_done} batches trained meanwhile; "
             f"best so far {'-' if best is None else f'{best:.1f}'})"
         )
@@ -229,6 +262,7 @@ class HeldOutEvaluation:
             self.log(f"best model save failed, the previous best/ is kept: {e}")
             return
         learner.stats.held_out_best_score = entry["mean_native_score"]
+        learner.stats.held_out_best_rules = entry["rules"]
         score = entry["mean_native_score"]
         previous_text = "none" if previous is None else f"{previous:.1f}"
         self.log(f"best model so far saved to {self.run_dir / BEST}: held-out mean {score:.1f} (previous best {previous_text})")

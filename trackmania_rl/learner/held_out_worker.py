@@ -4,7 +4,7 @@ taking races and training while it plays.
 `HeldOutWorker.submit(values, weights, seeds)` hands it one evaluation: the config's values (config/values.py), a
 snapshot of the online weights as numpy arrays and the tracks. The process (spawned at the first evaluation, one
 torch thread, its own game kept between evaluations while the config's values stay the same) plays one greedy race
-per track by HELD_OUT_RULES and answers with the records, or with why it could not. `result()` collects the answer
+per track, ended by the config's `held_out_rules`, and answers with the records, or with why it could not. `result()` collects the answer
 without waiting; a process that died is reported there as a failed evaluation, and the next one starts a fresh
 process. One evaluation at a time.
 """
@@ -23,11 +23,10 @@ import torch
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config.values import config_from_values
 from trackmania_rl.games import float_layout_for, make_game_instance
-from trackmania_rl.games.base import RULES_TRAINING, GameCrashed
+from trackmania_rl.games.base import GameCrashed
 from trackmania_rl.rollouts.greedy import GreedyPolicy, evaluate_seeds
 from trackmania_rl.rollouts.local.collector import die_with_parent, parent_alive
 
-HELD_OUT_RULES = RULES_TRAINING  # how its races end (learner/held_out.py says why)
 STOP_WAIT_S = 5.0  # for the process to end after being asked, before it is killed
 PARENT_CHECK_S = 1.0  # how often an idle evaluation process checks that the learner is still there
 
@@ -157,7 +156,7 @@ def play_evaluations(jobs, answers, game_backend: str) -> None:
             if game is None or values != game_values:  # the races' cut-offs come from the config
                 if game is not None:
                     game.close()
-                game, game_values = make_game_instance(cfg, game_backend, HELD_OUT_RULES), values
+                game, game_values = make_game_instance(cfg, game_backend, cfg.held_out_rules), values
             layout = float_layout_for(cfg, game_backend)
             network = make_network(cfg, layout, len(cfg.inputs), "cpu")
             network.load_state_dict({name: torch.from_numpy(array) for name, array in weights.items()})

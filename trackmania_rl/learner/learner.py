@@ -51,7 +51,7 @@ TRAINING_WINDOW_KEYS = ("loss", "loss_test", "grad_norm", "q_mean")
 
 
 class Learner:
-    def __init__(self, live_config, layout, device, run_dir: Path, source=None, logger=None, log=print, resume=True):
+    def __init__(self, live_config, layout, device, run_dir: Path, source=None, logger=None, log=print, resume=True, threads=None):
         self.live = live_config
         self.cfg = live_config.current
         self.layout = layout
@@ -72,7 +72,8 @@ class Learner:
         self.target = make_network(self.cfg, layout, self.n_actions, device)
         self.target.load_state_dict(self.online.state_dict())
         self.optimizer = make_optimizer(self.online, self.cfg, self.schedules()["lr"])
-        self.precision = choose_precision(self.cfg.training_precision, self.cfg, layout, self.n_actions, device, log)
+        # the probe times the step on the training thread's threads (`threads`), not on this (main) thread's one
+        self.precision = choose_precision(self.cfg.training_precision, self.cfg, layout, self.n_actions, device, log, threads)
         try:
             self.cuda_graphs = choose_cuda_graphs(
                 self.cfg.training_cuda_graphs, self.cfg, layout, self.n_actions, device, self.precision.dtype, log

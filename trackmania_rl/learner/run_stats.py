@@ -29,6 +29,7 @@ class RunStats:
     held_out_evaluations: int = 0  # periodic held-out evaluations done (learner/held_out.py)
     held_out_latest_score: float | None = None  # mean native score of the latest one
     held_out_best_score: float | None = None  # the score of save/<run>/best/
+    held_out_best_rules: str = "training"  # the rules its races were played by (every run before 2026-11-28: training)
     weights_kept_at_minutes: list = field(default_factory=list)  # minutes of keep_weights_at_minutes already kept
 
     def to_json(self) -> dict:

@@ -264,7 +264,7 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     run.threads = run.group.learner_threads(os.cpu_count() or 1, games_on_this_machine(options, cfg, collectors_count))
     settings = {**cfg.settings(), "collectors_count": collectors_count, "device": str(device)}
     run.logger = RunLogger(tb_run_dir, resolved_config=settings, log=log)
-    run.learner = run.group.make_learner(live, layout, device, run_dir, source, run.logger, log)
+    run.learner = run.group.make_learner(live, layout, device, run_dir, source, run.logger, log, threads=run.threads.current)
     run.held_out = HeldOutEvaluation(run_dir, user.game_backend, log, run.logger)
     run.live = live
     signals.defer()  # a signal while collectors (and a learner group's ranks) spawn is noted, and acted on right after

@@ -120,11 +120,13 @@ class LearnerGroup(GroupHooks):
         self.cores = [cores] + [None] * (self.learners - 1)  # each rank on a node of its own: its node's cores
         return LearnerThreads(cores, mine)
 
-    def make_learner(self, live, layout, device, run_dir, source, logger, log) -> RankLearner:
+    def make_learner(self, live, layout, device, run_dir, source, logger, log, threads: int | None = None) -> RankLearner:
         if live.current.training_cuda_graphs == "auto":
             log("training_cuda_graphs auto: off in a learner group (the graphs would not capture the step's all_reduce)")
         self.view = GroupConfigView(live)
-        learner = RankLearner(self.view, layout, device, run_dir, rank=0, ranks=self.learners, source=source, logger=logger, log=log)
+        learner = RankLearner(
+            self.view, layout, device, run_dir, rank=0, ranks=self.learners, source=source, logger=logger, log=log, threads=threads
+        )
         self.view.set_precision(learner.precision.name)
         learner.settings.cfg = self.view.current
         learner.shards = ShardTransfer(None, self.learners, run_dir, log)

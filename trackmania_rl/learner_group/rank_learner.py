@@ -37,13 +37,15 @@ class StepSettings:
 
 
 class RankLearner(Learner):
-    def __init__(self, live, layout, device, run_dir: Path, *, rank: int, ranks: int, source=None, logger=None, log=print, resume=True):
+    def __init__(
+        self, live, layout, device, run_dir: Path, *, rank: int, ranks: int, source=None, logger=None, log=print, resume=True, threads=None
+    ):
         self.rank = rank
         self.ranks = ranks
         self.own_frames = 0
         self.shards = None  # rank 0: the ShardTransfer that adds the other ranks' shards to its checkpoints
         self.settings: StepSettings | None = None
-        super().__init__(live, layout, device, run_dir, source=source, logger=logger, log=log, resume=resume)
+        super().__init__(live, layout, device, run_dir, source=source, logger=logger, log=log, resume=resume, threads=threads)
         self.settings = StepSettings(self.cfg, self.stats.frames_played, ranks)
 
     def random_seed(self) -> int:

@@ -57,6 +57,8 @@ def eval_map_spec(seed: int) -> MapSpec:
 def race_record(seed: int, end_race_stats: dict, rules: str) -> dict:
     """One race as a JSON-ready dict; `rules`: those the game ended it by (its `rules`)."""
     finished = bool(end_race_stats["race_finished"])
+    lap_time_ms = end_race_stats.get("lap_time_ms")
+    coverage = end_race_stats.get("tiles_visited_fraction")
     return {
         "kind": "race",
         "seed": int(seed),
@@ -66,7 +68,12 @@ def race_record(seed: int, end_race_stats: dict, rules: str) -> dict:
         "native_score": float(end_race_stats["native_score"]),
         "progress_fraction": float(end_race_stats["progress_fraction"]),
         # share of the road tiles the car touched (CarRacing's native score pays them); None for other games
-        "tile_coverage": float(end_race_stats["tiles_visited_fraction"]) if "tiles_visited_fraction" in end_race_stats else None,
+        "tile_coverage": float(coverage) if coverage is not None else None,
+        # every road tile touched: what ends a CarRacing-v3 episode as finished (None for other games)
+        "every_tile": bool(coverage >= 1.0) if coverage is not None else None,
+        # when the car first completed the lap: crossed the finish line, or (native rules) touched every tile if that came
+        # first; by either rules (None: it did not)
+        "lap_time_s": lap_time_ms / 1000 if lap_time_ms is not None else None,
         "end_reason": end_race_stats["end_reason"],
         "n_actions": int(end_race_stats["n_actions"]),
         "game_time_s": end_race_stats["race_time_for_ratio"] / 1000,
@@ -109,8 +116,9 @@ def evaluate_seeds(game, policy: GreedyPolicy, seeds: Iterable[int], retries: in
 
 def summarise(records: list[dict]) -> dict:
     """The summary of race records: the rules they were played by, counts, finished fraction, mean and standard
-    deviation of the native score, mean progress and tile coverage, and the mean race time of the finished races
-    (None when none finished). ValueError for races played by different rules: their scores do not add up."""
+    deviation of the native score, mean progress and tile coverage, the fraction of races that touched every tile,
+    the mean race time of the finished races and the mean lap time of the races that completed a lap (None when
+    none did). ValueError for races played by different rules: their scores do not add up."""
     records = list(records)
     n = len(records)
     rules = {r.get("rules") for r in records}
@@ -118,6 +126,8 @@ def summarise(records: list[dict]) -> dict:
         raise ValueError(f"races played by different rules ({sorted(map(str, rules))}) cannot be summed up together")
     finished = [r for r in records if r["finished"]]
     coverage = [r["tile_coverage"] for r in records if r.get("tile_coverage") is not None]
+    every_tile = [r["every_tile"] for r in records if r.get("every_tile") is not None]
+    laps = [r["lap_time_s"] for r in records if r.get("lap_time_s") is not None]
     return {
         "kind": "summary",
         "rules": rules.pop() if rules else None,
@@ -127,6 +137,9 @@ def summarise(records: list[dict]) -> dict:
         "mean_native_score": float(np.mean([r["native_score"] for r in records])) if n else None,
         "std_native_score": float(np.std([r["native_score"] for r in records])) if n else None,
         "mean_tile_coverage": float(np.mean(coverage)) if coverage else None,
+        "every_tile_fraction": float(np.mean(every_tile)) if every_tile else None,
+        "mean_lap_time_s": float(np.mean(laps)) if laps else None,
+        "laps": len(laps),
         "mean_race_time_s": float(np.mean([r["race_time_s"] for r in finished])) if finished else None,
         "mean_progress_fraction": float(np.mean([r["progress_fraction"] for r in records])) if n else None,
         "seeds": [r["seed"] for r in records],

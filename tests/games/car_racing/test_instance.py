@@ -262,11 +262,15 @@ def test_leaving_the_playfield_ends_the_race_as_a_cutoff(short_game, cfg, play):
 
 def test_each_stage_is_timed_by_the_games_clock(cfg, play):
     """The instrumentation reads the instance's clock: with a clock that moves only inside the game's reset, physics
-    steps and renders, the policy and the network update (by amounts of its own), each stage gets exactly its time
-    per action."""
+    steps and renders (the pygame renderer's), the policy and the network update (by amounts of its own), each stage
+    gets exactly its time per action."""
     now = [0]
     game = CarRacingGameInstance(
-        cfg.replace(cutoff_rollout_if_race_not_finished_within_duration_ms=1_600, update_inference_network_every_n_actions=3),
+        cfg.replace(
+            frame_renderer="pygame",
+            cutoff_rollout_if_race_not_finished_within_duration_ms=1_600,
+            update_inference_network_every_n_actions=3,
+        ),
         clock=lambda: now[0],
     )
     env = game.env
@@ -286,24 +290,26 @@ def test_each_stage_is_timed_by_the_games_clock(cfg, play):
         return 0, True, 0.0, np.zeros(len(cfg.inputs), dtype=np.float32)
 
     try:
-        results, stats = play(game, 6, policy, costing(lambda: None, 900))
+        first = play(game, 6, policy, costing(lambda: None, 900))  # the track fresh from zone_centers_for: no reset
+        second = play(game, 6, policy, costing(lambda: None, 900))  # played on since: reset for this race
     finally:
         game.close()
-    A = len(results["actions"])
-    assert A == 1_600 // cfg.ms_per_action and stats["end_reason"] == "overall"
-    updates = len(range(0, A, 3))
-    expected = {
-        "reset": (11_000 + 500) / A,  # CarRacing's reset plays one step of its own
-        "physics": 500 * cfg.physics_steps_per_action,
-        "floats": 0,
-        "render": 7_000,
-        "convert_frame": 0,
-        "exploration_policy": 3_000,
-        "update_network": 900 * updates / A,
-        "bookkeeping": 0,
-    }
-    # bookkeeping 0: all the race's time is in the timed stages (the zone centers' own reset, before the race, is not)
-    assert {stage: stats[f"instrumentation__{stage}"] for stage in INSTRUMENTATION} == pytest.approx(expected)
+    for (results, stats), reset_ns in ((first, 0), (second, 11_000 + 500)):  # CarRacing's reset plays one step of its own
+        A = len(results["actions"])
+        assert A == 1_600 // cfg.ms_per_action and stats["end_reason"] == "overall"
+        updates = len(range(0, A, 3))
+        expected = {
+            "reset": reset_ns / A,
+            "physics": 500 * cfg.physics_steps_per_action,
+            "floats": 0,
+            "render": 7_000,
+            "convert_frame": 0,
+            "exploration_policy": 3_000,
+            "update_network": 900 * updates / A,
+            "bookkeeping": 0,
+        }
+        # bookkeeping 0: all the race's time is in the timed stages (the zone centers' own reset, before the race, is not)
+        assert {stage: stats[f"instrumentation__{stage}"] for stage in INSTRUMENTATION} == pytest.approx(expected)
 
 
 def test_update_network_is_called_every_n_actions(cfg, play):
@@ -343,34 +349,37 @@ def test_same_seed_and_actions_give_identical_rollouts(short_game, cfg, play):
         assert stats["cp_time_ms"] == first[1]["cp_time_ms"]
 
 
-def test_one_render_per_action_is_bit_identical_to_plain_steps(short_game, cfg, monkeypatch, play, fixed_actions_policy):
-    """The rollout's frames and native score equal those of a plain CarRacing stepped k times per action
-    (rendering at the same size: the plain env reads the module's STATE_W/STATE_H)."""
-    game = short_game
-    monkeypatch.setattr(gym_car_racing, "STATE_W", game.env.render_size[0])
-    monkeypatch.setattr(gym_car_racing, "STATE_H", game.env.render_size[1])
-    actions = [find_action(cfg, accelerate=True)] * 8 + [find_action(cfg, accelerate=True, left=True)] * 6
-    actions += [find_action(cfg, brake=True, right=True)] * 4 + [find_action(cfg)] * 7
-    results, stats = play(game, 8, fixed_actions_policy(len(cfg.inputs), actions))
-    plain = gym_car_racing.CarRacing(render_mode="state_pixels")
-    observation, _ = plain.reset(seed=8)
-    native_score = 0.0
-    plain_frames = []
-    for action in results["actions"]:
-        plain_frames.append(game.convert_frame(observation))
-        for _ in range(cfg.physics_steps_per_action):
-            observation, reward, _, _, _ = plain.step(game.controls[action].copy())
-            native_score += reward
-    plain.close()
-    assert len(plain_frames) == len(results["frames"]) == 25
-    for ours, theirs in zip(results["frames"], plain_frames, strict=True):
-        np.testing.assert_array_equal(ours, theirs)
-    assert stats["native_score"] == native_score  # exact: same float operations
-    # and the raw view after the last action (above the HUD: step() draws the HUD's score before
-    # subtracting that step's 0.1, a render after the step shows it after, so the digits may differ)
-    view_rows = cfg.H_downsized
-    np.testing.assert_array_equal(game.env.render_state_pixels()[:view_rows], observation[:view_rows])
-    assert tuple(game.env.car.hull.position) == tuple(plain.car.hull.position)
+def test_one_render_per_action_is_bit_identical_to_plain_steps(cfg, monkeypatch, play, fixed_actions_policy):
+    """With the pygame renderer, the rollout's frames and native score equal those of a plain CarRacing stepped k times
+    per action (rendering at the same size: the plain env reads the module's STATE_W/STATE_H)."""
+    game = CarRacingGameInstance(cfg.replace(frame_renderer="pygame", cutoff_rollout_if_race_not_finished_within_duration_ms=2_000))
+    try:
+        monkeypatch.setattr(gym_car_racing, "STATE_W", game.env.render_size[0])
+        monkeypatch.setattr(gym_car_racing, "STATE_H", game.env.render_size[1])
+        actions = [find_action(cfg, accelerate=True)] * 8 + [find_action(cfg, accelerate=True, left=True)] * 6
+        actions += [find_action(cfg, brake=True, right=True)] * 4 + [find_action(cfg)] * 7
+        results, stats = play(game, 8, fixed_actions_policy(len(cfg.inputs), actions))
+        plain = gym_car_racing.CarRacing(render_mode="state_pixels")
+        observation, _ = plain.reset(seed=8)
+        native_score = 0.0
+        plain_frames = []
+        for action in results["actions"]:
+            plain_frames.append(game.convert_frame(observation))
+            for _ in range(cfg.physics_steps_per_action):
+                observation, reward, _, _, _ = plain.step(game.controls[action].copy())
+                native_score += reward
+        plain.close()
+        assert len(plain_frames) == len(results["frames"]) == 25
+        for ours, theirs in zip(results["frames"], plain_frames, strict=True):
+            np.testing.assert_array_equal(ours, theirs)
+        assert stats["native_score"] == native_score  # exact: same float operations
+        # and the raw view after the last action (above the HUD: step() draws the HUD's score before
+        # subtracting that step's 0.1, a render after the step shows it after, so the digits may differ)
+        view_rows = cfg.H_downsized
+        np.testing.assert_array_equal(game.env.render_state_pixels()[:view_rows], observation[:view_rows])
+        assert tuple(game.env.car.hull.position) == tuple(plain.car.hull.position)
+    finally:
+        game.close()
 
 
 def test_a_game_that_raises_mid_race_is_rebuilt(short_game, cfg, play, fixed_actions_policy):
@@ -418,3 +427,25 @@ def test_bad_input_gets_a_clear_error(short_game, cfg, fixed_actions_policy, no_
         game.update_config(game.cfg.replace(H_downsized=32))
     with pytest.raises(NotImplementedError, match="user_config.game_backend"):
         make_game_instance(cfg, "trackmania")
+
+
+def test_a_track_is_generated_once_for_its_first_race_and_again_only_once_played_on(short_game, cfg, play, fixed_actions_policy):
+    """zone_centers_for resets the game on a new track; the race that follows starts from that very state instead of
+    generating the track again (~10 ms), and plays as a race from its own reset does; a second race on the track, with
+    the first played on it, resets it."""
+    game = short_game
+    resets = []
+    real_reset = game.env.reset
+
+    def counted_reset(*args, **kwargs):
+        resets.append(kwargs.get("seed"))
+        return real_reset(*args, **kwargs)
+
+    game.env.reset = counted_reset
+    policy = fixed_actions_policy(len(cfg.inputs), [find_action(cfg, accelerate=True)])
+    first = play(game, 123, policy)  # a new track: one reset, by zone_centers_for
+    assert resets == [123]
+    second = play(game, 123, fixed_actions_policy(len(cfg.inputs), [find_action(cfg, accelerate=True)]))
+    assert resets == [123, 123]  # played on since: reset again
+    assert [f.tobytes() for f in first[0]["frames"]] == [f.tobytes() for f in second[0]["frames"]]
+    assert first[1]["native_score"] == second[1]["native_score"]

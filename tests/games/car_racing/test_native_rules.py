@@ -104,6 +104,9 @@ def test_a_native_race_ends_as_a_plain_carracing_v3_episode(cfg, policy_for, see
         assert steps == native_step_limit() == 1000  # gymnasium 1.4.0's max_episode_steps for CarRacing-v3
     if expected_end == "finished":
         assert stats["tiles_visited_fraction"] == 1.0 and len(results["frames"]) == len(results["actions"]) + 1
+        assert 0 < stats["lap_time_ms"] <= stats["race_time_for_ratio"]  # the line crossed, or every tile touched first
+    if expected_end == "time_limit":  # the slow scripted driver does not lap in 20 s: no lap time
+        assert stats["lap_time_ms"] is None and stats["progress_fraction"] < 1.0
 
 
 def test_the_native_rules_check_no_cutoff(cfg, play, fixed_actions_policy):
@@ -124,3 +127,17 @@ def test_the_native_rules_check_no_cutoff(cfg, play, fixed_actions_policy):
         native.close()
     with pytest.raises(ValueError, match=r"race rules 'gym': expected one of \['native', 'training'\]"):
         CarRacingGameInstance(cfg, "gym")
+
+
+def test_a_lap_that_misses_a_tile_has_a_lap_time_and_runs_to_the_time_limit():
+    """The shipped model on 500005 crosses the finish line having missed a tile (CarRacing's lap flag needs them all):
+    the race runs on to the time limit, and its lap time is when the line was crossed."""
+    policy = open_policy(weights=SHIPPED_WEIGHTS)
+    game = CarRacingGameInstance(policy.cfg, RULES_NATIVE)
+    try:
+        spec = MapSpec("native", 500_005, is_explo=False, fill_buffer=False)
+        _, stats = game.rollout(policy, spec, game.zone_centers_for(spec), lambda: None)
+    finally:
+        game.close()
+    assert stats["end_reason"] == "time_limit" and stats["tiles_visited_fraction"] < 1.0
+    assert 5_000 < stats["lap_time_ms"] < stats["race_time_for_ratio"] == native_step_limit() * 20

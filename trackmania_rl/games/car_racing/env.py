@@ -69,13 +69,25 @@ class CarRacingEnv(gym_car_racing.CarRacing):
         self._render_requested = False
         self._road_drawing: _RoadDrawing | None = None
         self.fast_frames = None if fast_frame_size is None else FastFrameRenderer(*fast_frame_size, render_h=self.render_size[1])
+        self.reset_seed = None  # the seed of the last reset, while no step has been played since (else None)
 
     def reset(self, *args, **kwargs):
         self._road_drawing = None  # a new track: its polygons are gathered at the next render
+        self.reset_seed = None
         result = super().reset(*args, **kwargs)
         if self.fast_frames is not None:
             self.fast_frames.bind_track(self)
+        self.reset_seed = kwargs.get("seed")
         return result
+
+    def step(self, action):
+        self.reset_seed = None  # played on: no longer the state a reset leaves
+        return super().step(action)
+
+    def is_fresh(self, seed: int) -> bool:
+        """Whether the env is as a reset on `seed` leaves it (reset with that seed, no step played since): a reset
+        on the same seed would rebuild the very same state (~10 ms of track generation)."""
+        return seed is not None and self.reset_seed == seed
 
     def _render_road(self, zoom, translation, angle):
         """CarRacing's road drawing (background, grass patches, road tiles, in its order, through its own

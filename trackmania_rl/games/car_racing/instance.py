@@ -82,6 +82,7 @@ class _Race:
         "lap",
         "split_distances",
         "cp_time_ms",
+        "lap_time_ms",
         # set by `_play` when the race ends
         "physics_steps",
         "native_score",
@@ -101,6 +102,7 @@ class _Race:
         self.lap = geometry.lap_length()
         self.split_distances = [geometry.start_distance + self.lap * q / 4 for q in (1, 2, 3)]
         self.cp_time_ms = [0]
+        self.lap_time_ms = None  # when the car first crossed the finish line after a lap
 
 
 def validate_map_spec(map_spec) -> MapSpec:
@@ -164,7 +166,10 @@ class CarRacingGameInstance(GameInstance):
     like Linesight), `race_time_for_ratio` (game ms actually played), `cp_time_ms` (split times: 0, then
     the times the car first passed 1/4, 2/4 and 3/4 of the lap and the finish), `value_starting_frame`,
     `q_value_<i>_starting_frame`, `native_score` (the Gymnasium reward summed over the race),
-    `end_reason` ("finished", "left_playfield", and "overall", "no_progress" (training) or "time_limit" (native)), `left_playfield`,
+    `end_reason` ("finished", "left_playfield", and "overall", "no_progress" (training) or "time_limit" (native)),
+    `lap_time_ms` (game ms when the car first crossed the finish line after a lap, by either rules, or when every tile
+    was touched if that came first, native rules; None if neither came),
+    `left_playfield`,
     `tiles_visited_fraction`, `progress_fraction` (furthest progress / lap length), `n_actions`, and the
     collector-loop timings `instrumentation__<stage>` in ns per action for the stages reset, physics,
     floats, render, convert_frame (the pygame renderer's view to the grey frame; 0 with the fast renderer, which draws
@@ -448,13 +453,18 @@ class CarRacingGameInstance(GameInstance):
                         cp_time_ms.append(physics_steps * MS_PER_STEP)
                 if native:
                     if tracker.finished:  # the next lap, described as the first was (the line is the start)
+                        if race.lap_time_ms is None:
+                            race.lap_time_ms = physics_steps * MS_PER_STEP
                         tracker = race.tracker = ZoneTracker(geometry, self.max_distance_to_zone_center(), physics_steps * MS_PER_STEP)
                     if game_end is None and physics_steps >= step_limit:
                         game_end = END_TIME_LIMIT
                     if game_end is not None:
+                        if game_end == END_FINISHED and race.lap_time_ms is None:  # every tile touched before the line
+                            race.lap_time_ms = physics_steps * MS_PER_STEP
                         end_reason = game_end
                         break
                 elif tracker.finished:  # the training rules: our finish line, and leaving the playfield
+                    race.lap_time_ms = physics_steps * MS_PER_STEP
                     end_reason = END_FINISHED
                     break
                 elif game_end == END_LEFT_PLAYFIELD:
@@ -475,7 +485,9 @@ class CarRacingGameInstance(GameInstance):
         clock = self.clock
         timings = dict.fromkeys(("reset", "physics", "floats", "render", "convert_frame", "exploration_policy", "update_network"), 0)
         t_start = clock()
-        self._reset(int(map_spec.seed))
+        seed = int(map_spec.seed)
+        if not self.env.is_fresh(seed):  # a first race on a track: zone_centers_for has just reset the game on it
+            self._reset(seed)
         timings["reset"] = clock() - t_start
         env = self.env
         start = np.asarray(env.track[0][2:4])
@@ -561,6 +573,7 @@ class CarRacingGameInstance(GameInstance):
             race_time=played_ms if finished else self.cfg.cutoff_rollout_if_race_not_finished_within_duration_ms,
             race_time_for_ratio=played_ms,
             cp_time_ms=race.cp_time_ms,
+            lap_time_ms=race.lap_time_ms,
             native_score=float(race.native_score),
             end_reason=end_reason,
             left_playfield=race.left_playfield,
