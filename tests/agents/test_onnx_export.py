@@ -76,7 +76,11 @@ def test_the_sidecar_describes_the_model(exported):
     assert [output.name, output.shape] == [sidecar["outputs"][0]["name"], sidecar["outputs"][0]["shape"]]
     assert sidecar["policy_version"] == 17 and sidecar["model_sha256"] == hashlib.sha256(model).hexdigest()
     assert sidecar["actions"] == [dict(a) for a in cfg.inputs] and sidecar["n_actions"] == len(cfg.inputs)
-    assert sidecar["frame"]["shape"] == [1, cfg.H_downsized, cfg.W_downsized] and "RGB2GRAY" in sidecar["frame"]["preprocessing"]
+    assert sidecar["frame"]["shape"] == [1, cfg.H_downsized, cfg.W_downsized]
+    # the renderer its frames come from, and how it draws them
+    assert sidecar["frame"]["renderer"] == cfg.frame_renderer == "fast" and "fast_view.py" in sidecar["frame"]["preprocessing"]
+    pygame = onnx_export.policy_sidecar(cfg.replace(frame_renderer="pygame"), layout, "carracing", model, 17)["frame"]
+    assert pygame["renderer"] == "pygame" and "RGB2GRAY" in pygame["preprocessing"]
     assert [s["name"] for s in sidecar["state_float"]["layout"]] == layout.names()
     assert sum(s["size"] for s in sidecar["state_float"]["layout"]) == sidecar["state_float"]["dim"] == layout.dim
     assert sidecar["quantile_fractions"] == pytest.approx(midpoint_taus(cfg.iqn_k)[0].tolist())
