@@ -15,10 +15,19 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+    # hypothesis's pytest plugin imports hypothesis at the terminal summary, through pytest's assertion rewriting
+    # (ast.parse of each module). On CPython 3.11 ast.parse shares one recursion counter between threads, so a thread
+    # formatting a traceback at that moment (a queue feeder whose reader process is gone, say) made it raise
+    # "SystemError: AST constructor recursion depth mismatch" and the session ended with exit 1 after every test
+    # passed. Importing it here, before any test starts a thread, leaves nothing for that moment.
+    try:
+        import hypothesis.internal.observability  # noqa: F401
+    except ImportError:  # hypothesis comes with the dev extra
+        pass
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     # pytest-randomly shuffles the tests (its seed is in the header, which -q hides): say how to replay this order
     if config.pluginmanager.has_plugin("randomly"):
         seed = config.option.randomly_seed
-        terminalreporter.write_line(f"tests run in a shuffled order; replay it with: python -m pytest -p randomly --randomly-seed={seed}")
+        terminalreporter.write_line(f"tests run in a shuffled order; replay it with: python -m pytest --randomly-seed={seed}")
