@@ -18,7 +18,7 @@ physics_steps_per_action = 4
 # [restart] Size of the grey frame the network sees (the HUD bar is cut off before resizing).
 H_downsized = 64
 W_downsized = 64
-# [restart] How frames are drawn: "fast" (the scene drawn straight at the frame's size, ~10x cheaper) or "pygame"
+# [restart] How frames are drawn: "fast" (the scene drawn straight at the frame's size, ~11x cheaper to draw) or "pygame"
 # (CarRacing's own drawing into its 1000 x 800 window, smoothscaled; pixel-exact). docs/config.md says how they differ.
 frame_renderer = "fast"
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trackmania_rl.config.schema import NETWORK_ENCODERS
 from trackmania_rl.games.float_layout import FloatLayout
 from trackmania_rl.serialization import atomic_torch_save, safe_torch_load, torch_load_failure
 
@@ -33,9 +34,6 @@ LEAKY_SLOPE = 0.01
 # positions of the linear layers in the float MLP (Linear, LeakyReLU, Linear, LeakyReLU) and in each
 # dueling head (Linear, LeakyReLU, Linear); read through IQNNetwork's named-layer properties
 _FIRST_LINEAR, _SECOND_LINEAR = 0, 2
-
-
-ENCODERS = ("linesight", "impala")  # config setting network_encoder
 
 
 class ResidualBlock(nn.Module):
@@ -103,7 +101,7 @@ class IQNNetwork(nn.Module):
             layers.append(nn.Flatten())
             self.img_head = nn.Sequential(*layers)
         else:
-            raise ValueError(f"config setting `network_encoder` = {self.encoder!r}: expected one of {list(ENCODERS)}")
+            raise ValueError(f"config setting `network_encoder` = {self.encoder!r}: expected one of {list(NETWORK_ENCODERS)}")
         with torch.no_grad():
             self.conv_head_output_dim = int(self.img_head(torch.zeros(1, *image_shape)).shape[1])
         hidden = int(cfg.float_hidden_dim)

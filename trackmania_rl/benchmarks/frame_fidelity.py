@@ -1,7 +1,8 @@
 """How close the fast renderer's frames are to the pygame renderer's (DESIGN §5, issue 40), on real game states.
 
 - `game.fast_frame_abs_diff`: the mean absolute grey difference (0-255) between the two renderers' frames of the
-  same state, over every decision of the shipped model's greedy races (drawn by pygame, as it was trained) on
+  same state, over every decision of the shipped model's greedy races (played on the pygame frames; its settings say which frames it
+  learned on: `trained_on`) on
   FIDELITY_SEEDS, the start's zoom-in included (target <= 2.0); with its spread over frames and its largest frame.
 - `game.fast_frame_same_action_fraction`: at those decisions, how often the shipped model's greedy action on the fast
   frame is its action on the pygame frame (target >= 0.95).
@@ -47,11 +48,11 @@ def run(weights, quick: bool):
         return
     cfg = policy.cfg.replace(frame_renderer="pygame")
     seeds = FIDELITY_SEEDS[:2] if quick else FIDELITY_SEEDS
-    yield from _greedy_figures(policy, CarRacingGameInstance(cfg), seeds)
+    yield from _greedy_figures(policy, CarRacingGameInstance(cfg), seeds, trained_on=policy.cfg.frame_renderer)
     yield from _random_control_figures(CarRacingGameInstance(cfg), RANDOM_SEEDS[:1] if quick else RANDOM_SEEDS, 80 if quick else 200)
 
 
-def _greedy_figures(policy, game: CarRacingGameInstance, seeds):
+def _greedy_figures(policy, game: CarRacingGameInstance, seeds, trained_on: str):
     attach_fast_renderer(game)
     diffs, same, zoom_diffs = [], [], []
 
@@ -78,7 +79,8 @@ def _greedy_figures(policy, game: CarRacingGameInstance, seeds):
         "p95_frame": round(float(np.percentile(diffs, 95)), 3),
         "max_frame": round(max(diffs), 3),
         "mean_during_zoom_in": round(statistics.fmean(zoom_diffs), 3) if zoom_diffs else None,
-        "states": "the shipped model's greedy races, drawn by pygame (as it was trained)",
+        "states": "the shipped model's greedy races, played on the pygame frames",
+        "trained_on": trained_on,
         **common,
     }
     yield {

@@ -12,3 +12,5 @@ DEFAULT_GAME_BACKEND = "carracing"  # the built-in game, and the only backend im
 # How CarRacing's frames are drawn (config setting `frame_renderer`; games/car_racing/env.py): "fast" straight at the
 # frame's size, "pygame" by CarRacing's own drawing into its 1000 x 800 window, smoothscaled
 FRAME_RENDERERS = ("fast", "pygame")
+# What ends a race (config setting `held_out_rules`, evaluate.py --rules; games/base.py says what each means)
+RACE_RULES = ("native", "training")

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from trackmania_rl.config.game_backends import FRAME_RENDERERS
+from trackmania_rl.config.game_backends import FRAME_RENDERERS, RACE_RULES
 
 
 class ConfigError(ValueError):
@@ -66,6 +66,8 @@ def _minutes_list(v):
     return isinstance(v, (list, tuple)) and all(_positive_number(m) for m in v) and list(v) == sorted(set(v))
 
 
+# The IQN network's image encoders (config setting `network_encoder`; agents/iqn.py builds them)
+NETWORK_ENCODERS = ("linesight", "impala")
 MAX_COLLECTORS_PER_CPU = 4  # more collector processes than this per core only slow every one of them down
 
 
@@ -183,7 +185,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "prio_epsilon": (_positive_number, "a positive number", False),
     "conv_layers": (_conv_layers, "a list of (channels, kernel, stride) positive integers", True),
     "network_encoder": (
-        lambda v: v in ("linesight", "impala"),
+        lambda v: v in NETWORK_ENCODERS,
         '"linesight" (conv_layers as plain convolutions) or "impala" (a residual stage per conv_layers entry, its channels)',
         True,
     ),
@@ -232,7 +234,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "held_out_seeds": (_held_out_seeds, f"a range or list of 1 to 1000 track seeds, each from 0 to {HELD_OUT_SEEDS_BELOW - 1}", False),
     "held_out_eval_period_s": (_non_negative_number, "a number of seconds >= 0 (0: no held-out evaluation)", False),
     "held_out_rules": (
-        lambda v: v in ("native", "training"),
+        lambda v: v in RACE_RULES,
         '"native" (CarRacing-v3\'s own episode rules) or "training" (the collectors\' cut-offs and finish line)',
         False,
     ),

@@ -352,7 +352,12 @@ def _worker_race(seed: int) -> dict:
 
 def describe_source(paths: CheckpointPaths) -> str:
     """'<weights> with config <config>', saying when the config is the repository default."""
-    note = " (no config given or found beside the weights: the repository default)" if paths.config_is_default else ""
+    note = (
+        " (no config given or found beside the weights: the repository default; its frame renderer may not be the one"
+        " these weights learned on: --frame-renderer fast|pygame)"
+        if paths.config_is_default
+        else ""
+    )
     return f"{paths.weights} with config {paths.config}{note}"
 
 

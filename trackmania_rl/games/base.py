@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from trackmania_rl.config.game_backends import RACE_RULES
 from trackmania_rl.games.float_layout import FloatLayout
 
 # rollout_results (DESIGN §3.2) as a game instance returns it: lists with one entry per state, lists with one
@@ -26,9 +27,7 @@ ROAD_TILES_TOUCHED = "road_tiles_touched"
 #   playfield). What collectors and the held-out evaluation play.
 # - "native": only what ends an episode of the game itself, as its publishers define it (CarRacing: Gymnasium's
 #   registered CarRacing-v3, its TimeLimit included), so that scores compare with published ones.
-RULES_TRAINING = "training"
-RULES_NATIVE = "native"
-RACE_RULES = (RULES_NATIVE, RULES_TRAINING)
+RULES_NATIVE, RULES_TRAINING = RACE_RULES
 
 # exploration_policy(frame uint8 (1, H, W), state_float float32 (D,)) -> (action, action_was_greedy, value, q_values)
 ExplorationPolicy = Callable[[np.ndarray, np.ndarray], tuple]

@@ -192,10 +192,11 @@ class HeldOutEvaluation:
             self.logger.scalars(f"held_out_{entry['rules']}", figures, snapshot.frames_played)
         best = learner.stats.held_out_best_score  # by the same rules (reset above otherwise)
         laps = "" if summary["mean_lap_time_s"] is None else f", laps {summary['mean_lap_time_s']:.2f} s"
+        every_tile = "" if summary["every_tile_fraction"] is None else f", {100 * summary['every_tile_fraction']:.0f} % every tile"
         self.log(
             f"held-out evaluation at minute {snapshot.minute:.1f}: mean native score {summary['mean_native_score']:.1f} "
             f"± {summary['std_native_score']:.1f} on {summary['races']} tracks by the {summary['rules']} rules, "
-            f"{100 * summary['finished_fraction']:.0f} % finished, {100 * (summary['every_tile_fraction'] or 0):.0f} % every tile{laps} "
+            f"{100 * summary['finished_fraction']:.0f} % finished{every_tile}{laps} "
             f"({entry['eval_seconds']:.0f} s, {learner.stats.batches_done - snapshot.batches_done} batches trained meanwhile; "
             f"best so far {'-' if best is None else f'{best:.1f}'})"
         )

@@ -4,10 +4,11 @@ game states: races driven by the scripted centerline follower from the start's z
 import numpy as np
 import pytest
 
+from trackmania_rl.benchmarks.frame_fidelity import attach_fast_renderer, frame_difference
 from trackmania_rl.games.base import MapSpec
 from trackmania_rl.games.car_racing.driver import centerline_follower
 from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size
-from trackmania_rl.games.car_racing.fast_view import FastFrameRenderer, grown
+from trackmania_rl.games.car_racing.fast_view import grown
 from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 
 # a frame's mean |grey difference| (0-255) may be this large; measured: ~0.2 on average, ~0.6 at most
@@ -20,16 +21,11 @@ def both_frames(game: CarRacingGameInstance):
     return game.render_frame()[0], game.env.render_fast_frame()[0]
 
 
-def differences(a, b) -> np.ndarray:
-    return np.abs(a.astype(np.int16) - b.astype(np.int16))
-
-
 def race_with_both_renderers(cfg, seed: int, frames_wanted: int, observe):
     """A race of the centerline follower drawn by pygame, the fast renderer drawing every decision's state beside it:
     `observe(game, pygame_frame, fast_frame)` at each decision, up to `frames_wanted` decisions."""
     game = CarRacingGameInstance(cfg.replace(frame_renderer="pygame", cutoff_rollout_if_race_not_finished_within_duration_ms=60_000))
-    _, height, width = game.frame_shape
-    game.env.fast_frames = FastFrameRenderer(height, width, render_h=game.env.render_size[1])
+    attach_fast_renderer(game)
     follower = centerline_follower(game.cfg, game.float_layout)
     seen = [0]
 
@@ -55,7 +51,7 @@ def test_both_renderers_draw_the_same_frames_within_a_bound(cfg, height, width):
 
     def observe(game, pygame_frame, fast_frame):
         assert fast_frame.shape == pygame_frame.shape == (height, width) and fast_frame.dtype == np.uint8
-        means.append(differences(pygame_frame, fast_frame).mean())
+        means.append(frame_difference(pygame_frame, fast_frame).mean())
         if game.env.t < 1:
             zoomed.append(means[-1])
 
@@ -73,7 +69,7 @@ def car_image(game, frame_with_car, fast_with_car, monkeypatch):
         patch.setattr(renderer, "car_order", [])
         patch.setattr(renderer, "_car_quads", lambda: (np.zeros((0, 4, 2)), np.zeros((0, 1)), []))
         pygame_without, fast_without = both_frames(game)
-    return differences(frame_with_car, pygame_without), differences(fast_with_car, fast_without)
+    return frame_difference(frame_with_car, pygame_without), frame_difference(fast_with_car, fast_without)
 
 
 def centre_of_mass(image) -> np.ndarray:
@@ -116,7 +112,7 @@ def test_a_tile_recoloured_in_play_is_drawn_so_by_both_renderers(cfg):
         for tile in env.road[:6]:  # the tiles under and ahead of the car, made red as no tile ever is
             tile.color[:] = (255, 0, 0)
         after, pygame_after = env.render_fast_frame()[0], env.render_state_pixels()
-        changed = differences(before, after) > 20
+        changed = frame_difference(before, after) > 20
         changed_pygame = np.abs(pygame_before.astype(np.int16) - pygame_after.astype(np.int16)).max(axis=2)[:height] > 20
         assert changed.sum() > 30  # the red tiles show
         # and where pygame draws them

@@ -429,7 +429,9 @@ def test_bad_input_gets_a_clear_error(short_game, cfg, fixed_actions_policy, no_
         make_game_instance(cfg, "trackmania")
 
 
-def test_a_track_is_generated_once_for_its_first_race_and_again_only_once_played_on(short_game, cfg, play, fixed_actions_policy):
+def test_a_track_is_generated_once_for_its_first_race_and_again_only_once_played_on(
+    short_game, cfg, play, fixed_actions_policy, monkeypatch
+):
     """zone_centers_for resets the game on a new track; the race that follows starts from that very state instead of
     generating the track again (~10 ms), and plays as a race from its own reset does; a second race on the track, with
     the first played on it, resets it."""
@@ -441,7 +443,7 @@ def test_a_track_is_generated_once_for_its_first_race_and_again_only_once_played
         resets.append(kwargs.get("seed"))
         return real_reset(*args, **kwargs)
 
-    game.env.reset = counted_reset
+    monkeypatch.setattr(game.env, "reset", counted_reset)  # the game is the module's: undone after the test
     policy = fixed_actions_policy(len(cfg.inputs), [find_action(cfg, accelerate=True)])
     first = play(game, 123, policy)  # a new track: one reset, by zone_centers_for
     assert resets == [123]

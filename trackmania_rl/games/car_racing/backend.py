@@ -27,7 +27,7 @@ FRAME_PREPROCESSING = {
     "then OpenCV COLOR_RGB2GRAY (0.299 R + 0.587 G + 0.114 B, rounded) (frame_renderer 'pygame').",
     "fast": _FRAME_VIEW + "Drawn straight at that size (frame_renderer 'fast': the same polygons and camera, each colour "
     "as its grey level, filled at 4x the size each way and area-averaged down; trackmania_rl/games/car_racing/fast_view.py), "
-    "within ~0.3 grey levels of the pygame drawing on average.",
+    "within ~0.2 grey levels of the pygame drawing on average.",
 }
 
 

@@ -4,9 +4,9 @@ centerline.
 
 "pygame": CarRacing's own drawing into its 1000 x 800 window, smoothscaled to the frame (pixel for pixel what
 Gymnasium's CarRacing-v3 shows above its HUD). "fast": the same scene drawn straight at the frame's size
-(fast_view.py), about 30 times cheaper. Neither reads a file while it draws: the state view leaves out CarRacing's
-HUD bar, which lies below the frame's rows and whose score text loads pygame's font file at every render (a
-reinstall of pygame under a running collector made those renders fail: docs/runs/2026-11-27_gpu_box_h100)."""
+(fast_view.py), about 11 times cheaper (`game.render_speedup_fast`). Neither reads a file while it draws: the state
+view leaves out CarRacing's HUD bar, which lies below the frame's rows and whose score text loads pygame's font file
+at every render (a reinstall of pygame under a running collector made those renders fail: docs/runs/2026-11-27_gpu_box_h100)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ import numpy as np
 import pygame
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
+from trackmania_rl.config.game_backends import FRAME_RENDERERS
 from trackmania_rl.games.car_racing.fast_view import FastFrameRenderer
 
 NATIVE_ENV_ID = "CarRacing-v3"  # the registered environment whose episode rules are CarRacing's native rules
 VIEW_FRACTION = (35, 40)
 MAX_FRAME_W = gym_car_racing.WINDOW_W  # the window it draws into: larger frames would be upscaled blur
 MAX_FRAME_H = gym_car_racing.WINDOW_H * VIEW_FRACTION[0] // VIEW_FRACTION[1]
-RENDERER_PYGAME, RENDERER_FAST = "pygame", "fast"
-FRAME_RENDERERS = (RENDERER_FAST, RENDERER_PYGAME)  # config setting `frame_renderer`
+RENDERER_FAST, RENDERER_PYGAME = FRAME_RENDERERS  # config setting `frame_renderer`
 
 
 def native_step_limit() -> int:
