@@ -58,7 +58,7 @@ def test_a_retired_setting_is_dropped_at_its_last_value_and_refused_at_any_other
         older.write_text((CONFIG_DIR / "config.py").read_text() + f"{name} = {value + 1!r}\n")
         with pytest.raises(ConfigError, match=f"setting `{name}` was removed"):
             load_config(older, game_backend="carracing")
-    # the shipped model's settings were written while ray_games_per_actor existed
-    values = json.loads((MODELS / "carracing_default" / "settings.json").read_text())
+    # the model shipped until 2026-11-28: its settings were written while ray_games_per_actor existed
+    values = json.loads((MODELS / "carracing_pygame_2026-11-26" / "settings.json").read_text())
     assert values["ray_games_per_actor"] == 1
     config_from_values(values, "carracing")

@@ -1,7 +1,7 @@
 """The native rules (games/base.py RULES_NATIVE): a race of the game instance ends exactly when an episode of a plain
 `gymnasium.make("CarRacing-v3")` (its TimeLimit included) driven with the same controls ends, with the same native
 score. The game holds one action for `physics_steps_per_action` physics steps; the plain env gets each action once
-per physics step. One case per way an episode ends: every tile touched (the shipped model, which does it in ~11 s),
+per physics step. One case per way an episode ends: every tile touched (the model shipped until 2026-11-28, which does it in ~11 s),
 the time limit (the scripted driver, slower than 20 s a lap) and leaving the playfield (the car moved past it)."""
 
 from pathlib import Path
@@ -17,7 +17,8 @@ from trackmania_rl.games.car_racing.driver import centerline_follower
 from trackmania_rl.games.car_racing.env import NATIVE_ENV_ID, native_step_limit
 from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 
-SHIPPED_WEIGHTS = Path(__file__).resolve().parents[3] / "models" / "carracing_default" / "weights.torch"
+# the model shipped until 2026-11-28 (trained on pygame frames), kept: its races on these tracks are known
+SHIPPED_WEIGHTS = Path(__file__).resolve().parents[3] / "models" / "carracing_pygame_2026-11-26" / "weights.torch"
 PLAYFIELD_ACTION = 5  # the car is moved past the playfield's edge before this action (0-based)
 
 
@@ -130,7 +131,7 @@ def test_the_native_rules_check_no_cutoff(cfg, play, fixed_actions_policy):
 
 
 def test_a_lap_that_misses_a_tile_has_a_lap_time_and_runs_to_the_time_limit():
-    """The shipped model on 500005 crosses the finish line having missed a tile (CarRacing's lap flag needs them all):
+    """The model shipped until 2026-11-28 on 500005 crosses the finish line having missed a tile (CarRacing's lap flag needs them all):
     the race runs on to the time limit, and its lap time is when the line was crossed."""
     policy = open_policy(weights=SHIPPED_WEIGHTS)
     game = CarRacingGameInstance(policy.cfg, RULES_NATIVE)
