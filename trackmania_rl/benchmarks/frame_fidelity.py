@@ -1,9 +1,9 @@
 """How close the fast renderer's frames are to the pygame renderer's (DESIGN §5, issue 40), on real game states.
 
 - `game.fast_frame_abs_diff`: the mean absolute grey difference (0-255) between the two renderers' frames of the
-  same state, over every decision of the shipped model's greedy races (played on the pygame frames; its settings say which frames it
-  learned on: `trained_on`) on
-  FIDELITY_SEEDS, the start's zoom-in included (target <= 2.0); with its spread over frames and its largest frame.
+  same state, over every decision of the shipped model's greedy races played on the pygame frames (`trained_on`: the
+  frames its settings say it learned on) on FIDELITY_SEEDS, the start's zoom-in included (target <= 2.0); with its
+  spread over frames and its largest frame.
 - `game.fast_frame_same_action_fraction`: at those decisions, how often the shipped model's greedy action on the fast
   frame is its action on the pygame frame (target >= 0.95).
 - `game.fast_frame_abs_diff_random_controls`: the same difference over states of random controls on RANDOM_SEEDS
