@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 
 
@@ -10,9 +12,18 @@ def cfg():
 
 
 def pytest_configure(config):
+    # The tests need the project's own dependencies (torch first): without them, one line that says what to do instead
+    # of an internal error (pytest run by a Python the project is not installed in, e.g. outside its virtual environment)
+    try:
+        import torch
+    except ImportError as e:
+        pytest.exit(
+            f"the project is not installed in the Python running the tests ({sys.executable}): {e}. "
+            "Install it first, as the README says: pip install -r requirements.txt",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
     # One torch thread: on a 2-core machine shared with game processes, more threads oversubscribe the
     # cores and make small train steps tens of times slower.
-    import torch
 
     torch.set_num_threads(1)
     # hypothesis's pytest plugin imports hypothesis at the terminal summary, through pytest's assertion rewriting

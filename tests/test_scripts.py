@@ -1,6 +1,7 @@
 """Every command the README lists starts: each script in scripts/ answers --help (exit 0, its usage), so that a moved
 function or a broken import shows here rather than in a user's shell."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +31,23 @@ def test_a_shell_script_answers_help_and_runs_nothing(script, tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"bash scripts/{script}" in result.stdout  # its usage line
     assert list(tmp_path.iterdir()) == []  # it wrote nothing
+
+
+def test_the_test_command_without_the_project_installed_says_to_install_it(tmp_path):
+    """pytest run by a Python the project is not installed in (its virtual environment not activated, say): one line
+    that names that Python and the README's install command, exit 4, not an internal error. The missing install is
+    played by a `torch` that cannot be imported, first on the path."""
+    (tmp_path / "torch.py").write_text("raise ImportError(\"No module named 'torch'\")\n")
+    root = SCRIPTS.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", str(root / "tests" / "test_scripts.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, output
+    assert "INTERNALERROR" not in output and "not installed in the Python running the tests" in output
+    assert sys.executable in output and "pip install -r requirements.txt" in output
