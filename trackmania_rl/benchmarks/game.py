@@ -193,11 +193,9 @@ def _measure(cfg, games: dict[str, CarRacingGameInstance], repetitions: int):
     cpu_rates = {name: [] for name in contenders}
     stage_ns = {name: {s: [] for s in STAGES} for name in ("rollout", "rollout_fast")}
     bare_stage_ns = {name: {s: [] for s in GAME_STAGES} for name in ("bare", "bare_fast")}
-    names = list(contenders)
     for rep in range(repetitions):
         seed = SEEDS[rep % len(SEEDS)]
-        shift = rep % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in in_turn(list(contenders), rep):
             wall, cpu, stats = timed(lambda name=name, seed=seed: contenders[name](seed))
             wall_rates[name].append(len(recorded[seed]) / wall)
             cpu_rates[name].append(len(recorded[seed]) / cpu)
@@ -382,6 +380,12 @@ def _render_figures(cfg, n_seeds: int, actions_per_seed: int = 150):
 GAMES_PER_PROCESS = (1, 2, 4)
 
 
+def in_turn(contenders: list, rep: int) -> list:
+    """The contenders in repetition `rep`'s order, each one starting in turn, so that the machine's drift hits all alike."""
+    shift = rep % len(contenders)
+    return contenders[shift:] + contenders[:shift]
+
+
 def _games_per_process_figures(cfg, seconds: float):
     """`game.games_per_process_actions_per_s`: K games played in one process (one core, the collector's torch
     settings), each action of each game its physics steps and its fast-renderer frame, and one decision per step for
@@ -427,9 +431,8 @@ def _games_per_process_figures(cfg, seconds: float):
 
         rates = {(k, decide): [] for k in GAMES_PER_PROCESS for decide in ("each", "batched") if k > 1 or decide == "each"}
         try:
-            for rep in range(3):  # taking turns, so that the machine's drift hits all alike
-                order = list(rates)
-                for key in order[rep % len(order) :] + order[: rep % len(order)]:
+            for rep in range(3):
+                for key in in_turn(list(rates), rep):
                     rates[key].append(play(*key))
         finally:
             for env in envs:

@@ -29,6 +29,7 @@ import torch
 
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config.values import config_to_values, settings_json
+from trackmania_rl.games.base import RULES_NATIVE
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.checkpoint import BEST, BEST_JSON, SETTINGS, WEIGHTS_ONLINE
 from trackmania_rl.learner.held_out_worker import HeldOutWorker
@@ -37,6 +38,15 @@ from trackmania_rl.rollouts.greedy import summarise
 HELD_OUT_LOG = "held_out.jsonl"
 FINISH_WAIT_S = 120.0  # for the evaluation still playing at the time limit (10 races take 7-20 s)
 START_SLACK_S = 60.0  # an evaluation's allowance beyond its races' game time (process start, a loaded machine)
+# an evaluation's figures (rollouts/greedy.py summarise), in its record and in TensorBoard
+SUMMARY_FIGURES = (
+    "finished_fraction",
+    "mean_native_score",
+    "std_native_score",
+    "every_tile_fraction",
+    "mean_lap_time_s",
+    "mean_tile_coverage",
+)
 NATIVE_RACE_LIMIT_S = 20.0  # CarRacing-v3's TimeLimit: 1000 physics steps of 20 ms (games/car_racing/env.py native_step_limit)
 
 
@@ -45,7 +55,7 @@ def answer_deadline_s(cfg) -> float:
     overall cut-off; by the native rules CarRacing-v3's time limit, whichever is longer), in game time played no faster
     than real time (CarRacing plays ~10x faster), plus START_SLACK_S."""
     race_s = cfg.cutoff_rollout_if_race_not_finished_within_duration_ms / 1000
-    if cfg.held_out_rules == "native":
+    if cfg.held_out_rules == RULES_NATIVE:
         race_s = max(race_s, NATIVE_RACE_LIMIT_S)
     return START_SLACK_S + len(cfg.held_out_seeds) * race_s
 
@@ -156,18 +166,8 @@ class HeldOutEvaluation:
             "policy_version": snapshot.policy_version,
             "eval_seconds": round(seconds, 2),
             "rules": summary["rules"],
-            **{
-                k: summary[k]
-                for k in (
-                    "races",
-                    "finished_fraction",
-                    "mean_native_score",
-                    "std_native_score",
-                    "every_tile_fraction",
-                    "mean_lap_time_s",
-                    "mean_tile_coverage",
-                )
-            },
+            "races": summary["races"],
+            **{k: summary[k] for k in SUMMARY_FIGURES},
             "seeds": summary["seeds"],
         }
         learner.stats.held_out_latest_score = summary["mean_native_score"]
@@ -180,15 +180,7 @@ class HeldOutEvaluation:
             learner.stats.held_out_best_score = None
         self._append(entry)
         if self.logger is not None:
-            shown = (
-                "mean_native_score",
-                "std_native_score",
-                "finished_fraction",
-                "every_tile_fraction",
-                "mean_lap_time_s",
-                "mean_tile_coverage",
-            )
-            figures = {k: entry[k] for k in (*shown, "minute", "eval_seconds") if entry[k] is not None}
+            figures = {k: entry[k] for k in (*SUMMARY_FIGURES, "minute", "eval_seconds") if entry[k] is not None}
             self.logger.scalars(f"held_out_{entry['rules']}", figures, snapshot.frames_played)
         best = learner.stats.held_out_best_score  # by the same rules (reset above otherwise)
         laps = "" if summary["mean_lap_time_s"] is None else f", laps {summary['mean_lap_time_s']:.2f} s"
