@@ -1,8 +1,9 @@
 """One step of a learner group: the ranks' averaged gradients make the step of one learner on both batches, every rank
 ends with the same weights bit for bit, a non-finite gradient on one rank makes every rank skip the step, and the
-group's sockets listen on its address only. Real gloo groups on
+group's sockets listen on its address only and are released once. Real gloo groups on
 loopback, rank 1 in a spawned process."""
 
+import gc
 import ipaddress
 import multiprocessing
 import os
@@ -16,7 +17,7 @@ from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner_group.agreement import plan_of
 from trackmania_rl.learner_group.coordinator import split_collectors
 from trackmania_rl.learner_group.gradients import GradientExchange
-from trackmania_rl.learner_group.rendezvous import GroupConnection, LearnerGroupError, StoreServer
+from trackmania_rl.learner_group.rendezvous import GroupConnection, LearnerGroupError, StoreServer, connect_store
 
 
 def _listening(pid: int) -> set[str]:
@@ -119,3 +120,22 @@ def test_local_collectors_are_split_between_ranks_others_first_when_rank0_has_a_
     assert split_collectors(1, 2, rank0_has_remote=False) == [1, 0]
     assert split_collectors(1, 2, rank0_has_remote=True) == [0, 1]
     assert split_collectors(4, 3, rank0_has_remote=True) == [1, 2, 1]
+
+
+def test_the_store_server_releases_its_listening_socket_once_when_the_store_is_no_longer_used():
+    # torch's store closes the descriptor it is handed; a server that closed it too pulled the socket from under a
+    # store still in use, and the store's own close later hit whatever file had taken the number (another test's pipe)
+    server = StoreServer(helpers.HOST, 2, helpers.TIMEOUT_S)
+    store = server.store  # a rank's groups still hold the store
+    server.close()
+    late = connect_store(helpers.HOST, server.port, 2, 5.0)  # still listening: a rank may still join
+    late.set("joined", "1")
+    assert store.get("joined") == b"1"
+    read_end, write_end = os.pipe()  # another file, which may take any free number
+    try:
+        del store, late
+        gc.collect()
+        assert (helpers.HOST, server.port) not in listening_sockets(os.getpid())
+        os.fstat(read_end), os.fstat(write_end)  # the store closed its own socket, not the pipe
+    finally:
+        os.close(read_end), os.close(write_end)

@@ -42,26 +42,31 @@ class StoreServer:
 
     def __init__(self, host: str, ranks: int, timeout_s: float):
         self.host = host
-        self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.bind((host, 0))
-        self._socket.listen(max(16, 2 * ranks))
-        self.port = self._socket.getsockname()[1]
-        self.store = dist.TCPStore(
-            host,
-            self.port,
-            ranks,
-            is_master=True,
-            timeout=timedelta(seconds=timeout_s),
-            wait_for_workers=False,
-            master_listen_fd=self._socket.fileno(),
-        )
+        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.bind((host, 0))
+            listener.listen(max(16, 2 * ranks))
+            self.port = listener.getsockname()[1]
+            self.store = dist.TCPStore(
+                host,
+                self.port,
+                ranks,
+                is_master=True,
+                timeout=timedelta(seconds=timeout_s),
+                wait_for_workers=False,
+                master_listen_fd=listener.fileno(),
+            )
+        except BaseException:
+            listener.close()
+            raise
+        # The store owns the listening descriptor from here on and closes it when the last reference to it goes (a
+        # rank's groups hold it too). Closing it here as well would close the descriptor a second time, by then
+        # perhaps another file's, or pull the socket from under a store still in use.
+        listener.detach()
 
     def close(self) -> None:
+        """Drop this server's reference to the store; it stops listening once the groups built on it are gone too."""
         self.store = None
-        try:
-            self._socket.close()
-        except OSError:
-            pass
 
 
 def connect_store(host: str, port: int, ranks: int, timeout_s: float):
