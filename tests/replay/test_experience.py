@@ -7,6 +7,7 @@ from trackmania_rl.replay.buffers import make_buffers
 from trackmania_rl.replay.experience import (
     InvalidRollout,
     fill_buffers,
+    missed_road_tile_penalties,
     n_steps_per_transition,
     off_road_penalties,
     potentials,
@@ -190,15 +191,29 @@ def test_road_tiles_touched_while_driving_back_pay_nothing_when_the_run_limits_i
     np.testing.assert_allclose(road_tile_rewards(rollout, strict), [0.2, 0.1, 0.0, 0.0, 0.0])
 
 
-def test_road_tile_reward_needs_the_tile_counts_and_checks_them():
-    cfg = tiny_config(reward_per_new_road_tile=0.1)
+def test_missed_road_tile_penalty_charges_the_tiles_judged_missed_in_each_step():
+    cfg = tiny_config(missed_road_tile_penalty=2.0, n_steps=1, shaped_reward_dist_to_cur_vcp=0.0)
+    layout = layout_for(cfg)
+    rollout = make_rollout(cfg, layout, 5, finished=True)
+    rollout["road_tiles_missed"] = [0, 0, 1, 1, 3]  # the last: at the finish, every tile left untouched
+    np.testing.assert_allclose(missed_road_tile_penalties(rollout, cfg), [0.0, -2.0, 0.0, -4.0])
+    charged = rollout_to_experience(rollout, cfg, layout, gamma=0.9)
+    free = rollout_to_experience(rollout, cfg.replace(missed_road_tile_penalty=0.0), layout, gamma=0.9)
+    np.testing.assert_allclose(charged.rewards[:, 0] - free.rewards[:, 0], [0.0, -2.0, 0.0, -4.0], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"), [("reward_per_new_road_tile", "road_tiles_touched"), ("missed_road_tile_penalty", "road_tiles_missed")]
+)
+def test_road_tile_terms_need_their_tile_counts_and_check_them(setting, key):
+    cfg = tiny_config(**{setting: 0.1})
     layout = layout_for(cfg)
     rollout = make_rollout(cfg, layout, 4, finished=False)
-    del rollout["road_tiles_touched"]
-    rollout_to_experience(rollout, cfg.replace(reward_per_new_road_tile=0.0), layout, GAMMA)  # not needed when 0
-    with pytest.raises(InvalidRollout, match="lacks `road_tiles_touched`, which reward_per_new_road_tile needs"):
+    rollout.pop(key, None)
+    rollout_to_experience(rollout, cfg.replace(**{setting: 0.0}), layout, GAMMA)  # not needed when 0
+    with pytest.raises(InvalidRollout, match=f"lacks `{key}`, which {setting} needs"):
         rollout_to_experience(rollout, cfg, layout, GAMMA)
     for bad, message in (([0, 2, 1, 3], "non-decreasing"), ([0, 1, 2], "3 entries but `frames` has 4"), ([0, 1.5, 2, 3], "integers")):
-        rollout["road_tiles_touched"] = bad
-        with pytest.raises(InvalidRollout, match=message):
-            rollout_to_experience(rollout, cfg.replace(reward_per_new_road_tile=0.0), layout, GAMMA)
+        rollout[key] = bad
+        with pytest.raises(InvalidRollout, match=f"`{key}`.*{message}"):
+            rollout_to_experience(rollout, cfg.replace(**{setting: 0.0}), layout, GAMMA)

@@ -19,6 +19,10 @@ ROLLOUT_ACTION_KEYS = ("actions", "action_was_greedy", "q_values", "input_w")
 # per state, where the game has it: how many distinct road tiles the car has touched since the start (CarRacing;
 # its native score pays for each); `reward_per_new_road_tile` needs it
 ROAD_TILES_TOUCHED = "road_tiles_touched"
+# per state, where the game has it: how many road tiles of the lap the car has driven past without touching them
+# (CarRacing: its native episode only ends once every tile is touched); `missed_road_tile_penalty` needs it
+ROAD_TILES_MISSED = "road_tiles_missed"
+ROAD_TILE_COUNTS = (ROAD_TILES_TOUCHED, ROAD_TILES_MISSED)
 
 # How a race ends (the `rules` of a game instance):
 # - "training": the trainer's own end of a race: the car crosses the finish line after one lap, or a cut-off ends

@@ -10,7 +10,7 @@ For transition i (gamma = the learner's current gamma, N = cfg.n_steps):
   `discard_non_greedy_actions_in_nsteps` (the action at i itself may be exploratory);
 - rewards[j] = sum_{k<=j} gamma^k r_{i+k+1} for j < n (0 beyond: never read), r_{k+1} the reward of the
   step from state k to k+1 (`step_rewards`, plus the CarRacing terms `off_road_penalties` and
-  `road_tile_rewards`);
+  `road_tile_rewards`, `missed_road_tile_penalties`);
 - gammas[j] = gamma^(j+1);
 - terminal_actions = F-1-i when the race was finished (steps left to the finish), else +inf;
 - next state = state i+n.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from trackmania_rl.games.backend import game_backend
-from trackmania_rl.games.base import ROAD_TILES_TOUCHED
+from trackmania_rl.games.base import ROAD_TILES_MISSED, ROAD_TILES_TOUCHED
 from trackmania_rl.games.float_layout import FloatLayout
 from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, StackedSteps, require_road_tiles, validate_rollout
 
@@ -175,6 +175,17 @@ def road_tile_rewards(rollout_results: dict, cfg) -> np.ndarray:
     return float(cfg.reward_per_new_road_tile) * new_tiles
 
 
+def missed_road_tile_penalties(rollout_results: dict, cfg) -> np.ndarray:
+    """Per step k -> k+1 (k = 0..F-2): -missed_road_tile_penalty x the road tiles judged missed in that step (driven
+    past without being touched; at the finish, every tile the lap left untouched)."""
+    n_steps = max(0, len(rollout_results["frames"]) - 1)
+    require_road_tiles(rollout_results, cfg)
+    if cfg.missed_road_tile_penalty == 0 or n_steps == 0:
+        return np.zeros(n_steps)
+    newly_missed = np.diff(np.asarray(rollout_results[ROAD_TILES_MISSED], dtype=np.float64))
+    return -float(cfg.missed_road_tile_penalty) * newly_missed
+
+
 def n_steps_per_transition(action_was_greedy, n_states: int, n_steps_max: int, discard_non_greedy: bool) -> np.ndarray:
     """n for each transition i = 0..F-2 (int64)."""
     n_transitions = n_states - 1
@@ -217,7 +228,12 @@ def rollout_to_experience(
     off_road = off_road_penalties(state_float, layout, cfg)
     if finished and n_transitions:
         off_road[-1] = 0.0  # reaching the finish pseudo-state is never penalised
-    r = step_rewards(rollout_results, cfg) + off_road + road_tile_rewards(rollout_results, cfg)
+    r = (
+        step_rewards(rollout_results, cfg)
+        + off_road
+        + road_tile_rewards(rollout_results, cfg)
+        + missed_road_tile_penalties(rollout_results, cfg)
+    )
     n = n_steps_per_transition(rollout_results["action_was_greedy"], n_states, n_max, cfg.discard_non_greedy_actions_in_nsteps)
 
     i = np.arange(n_transitions)

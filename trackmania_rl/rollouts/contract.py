@@ -5,7 +5,7 @@ An envelope is `(rollout_results, end_race_stats, meta)`:
   entries, A = F - 1 when the race was finished, whose last state is the finish pseudo-state, else A = F):
   `GAME_ACTION_KEYS` as the game instance returns them, plus `policy_version`, the version of the published
   weights each action was chosen with, which every source adds (the collector knows it, the game does
-  not). Per state where the game has it: `road_tiles_touched` (games/base.py).
+  not). Per state where the game has it: `road_tiles_touched`, `road_tiles_missed` (games/base.py).
   Scalars: `furthest_zone_idx`; `race_time` (ms) only when the race was finished.
 - `end_race_stats`: a dict of the race's results (`race_finished`, `race_time`, ...; DESIGN §3.2).
 - `meta`: a dict naming the source and the race (`source`, `collector`, `map_name`, `seed`, `map_status`,
@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from trackmania_rl.games.base import ROAD_TILES_TOUCHED, ROLLOUT_ACTION_KEYS, ROLLOUT_STATE_KEYS
+from trackmania_rl.games.base import ROAD_TILE_COUNTS, ROAD_TILES_MISSED, ROAD_TILES_TOUCHED, ROLLOUT_ACTION_KEYS, ROLLOUT_STATE_KEYS
 from trackmania_rl.rollouts.packed_race import StepArray
 
 # per state: uint8 frame (1, H, W), float32 inputs (D,), and the progress the rewards are computed from;
@@ -127,9 +127,10 @@ def _finite_number(value) -> bool:
 
 
 def require_road_tiles(rollout_results: dict, cfg) -> None:
-    """InvalidRollout when the run pays road tiles and the rollout does not count them."""
-    if cfg.reward_per_new_road_tile != 0 and ROAD_TILES_TOUCHED not in rollout_results:
-        raise InvalidRollout(f"rollout_results lacks `{ROAD_TILES_TOUCHED}`, which reward_per_new_road_tile needs")
+    """InvalidRollout when the run pays (or charges for) road tiles and the rollout does not count them."""
+    for setting, key in (("reward_per_new_road_tile", ROAD_TILES_TOUCHED), ("missed_road_tile_penalty", ROAD_TILES_MISSED)):
+        if getattr(cfg, setting) != 0 and key not in rollout_results:
+            raise InvalidRollout(f"rollout_results lacks `{key}`, which {setting} needs")
 
 
 def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_actions: int) -> StackedSteps:
@@ -181,12 +182,14 @@ def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_action
     progress = _numbers(rollout, "meters_advanced_along_centerline", np.float64)
     if not np.all(np.isfinite(progress)):
         raise InvalidRollout("`meters_advanced_along_centerline` contains NaN or inf")
-    if ROAD_TILES_TOUCHED in rollout:
-        tiles = _numbers(rollout, ROAD_TILES_TOUCHED, None)
+    for key in ROAD_TILE_COUNTS:
+        if key not in rollout:
+            continue
+        tiles = _numbers(rollout, key, None)
         if len(tiles) != n_states:
-            raise InvalidRollout(f"`{ROAD_TILES_TOUCHED}` has {len(tiles)} entries but `frames` has {n_states}")
+            raise InvalidRollout(f"`{key}` has {len(tiles)} entries but `frames` has {n_states}")
         if tiles.size and (not np.issubdtype(tiles.dtype, np.integer) or tiles.min() < 0 or np.any(np.diff(tiles) < 0)):
-            raise InvalidRollout(f"`{ROAD_TILES_TOUCHED}` must be a non-decreasing count of tiles (integers >= 0)")
+            raise InvalidRollout(f"`{key}` must be a non-decreasing count of tiles (integers >= 0)")
     actions = _numbers(rollout, "actions", None)
     if actions.size and (not np.issubdtype(actions.dtype, np.integer) or actions.min() < 0 or actions.max() >= n_actions):
         raise InvalidRollout(f"`actions` must be integers in [0, {n_actions}), got values {actions.min()}..{actions.max()}")

@@ -76,6 +76,12 @@ def test_scripted_policy_finishes_a_lap_on_several_seeds(laps, game):
         assert 0 <= tiles[0] <= 3 and np.all(np.diff(tiles) >= 0) and np.count_nonzero(np.diff(tiles)) > len(tiles) // 2
         n_tiles = round(tiles[-1] / stats["tiles_visited_fraction"])
         assert 200 < n_tiles < 400 and tiles[-1] / n_tiles == pytest.approx(stats["tiles_visited_fraction"], abs=1e-12)
+        # the tiles driven past untouched: a non-decreasing int count that never exceeds the untouched ones, and at the
+        # finish pseudo-step exactly the tiles the lap left untouched
+        missed = results["road_tiles_missed"]
+        assert len(missed) == len(tiles) and all(type(n) is int for n in missed) and np.all(np.diff(missed) >= 0)
+        assert missed[0] == 0 and all(m + t <= n_tiles for m, t in zip(missed, tiles, strict=True))
+        assert missed[-1] == n_tiles - tiles[-1]
         assert stats["native_score"] == pytest.approx(1000 * stats["tiles_visited_fraction"] - 0.1 * stats["race_time"] / 20, abs=1e-6)
         progress = np.array(results["meters_advanced_along_centerline"])
         zone_centers = game.zone_centers_for(MapSpec("x", seed))
@@ -223,8 +229,9 @@ def test_cutoff_when_no_progress(game, cfg, play, fixed_actions_policy):
     assert stats["race_time_for_ratio"] == cfg.cutoff_rollout_if_no_vcp_passed_within_duration_ms
     assert "race_time" not in results
     A = cfg.cutoff_rollout_if_no_vcp_passed_within_duration_ms // cfg.ms_per_action
-    for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS + ("road_tiles_touched",):
+    for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS + ("road_tiles_touched", "road_tiles_missed"):
         assert len(results[key]) == A, key
+    assert results["road_tiles_missed"][-1] == 0  # it never got 10 m past a tile
     assert stats["cp_time_ms"] == [0]
     assert stats["native_score"] == pytest.approx(1000 * stats["tiles_visited_fraction"] - 0.1 * A * cfg.physics_steps_per_action)
 

@@ -101,18 +101,20 @@ def test_stats_and_meta_take_plain_values_only():
             wire.decode_race(body, fields, max_states=10)
 
 
-def test_the_road_tile_count_is_optional_and_checked_when_sent():
+@pytest.mark.parametrize("key", ["road_tiles_touched", "road_tiles_missed"])
+def test_the_road_tile_counts_are_optional_and_checked_when_sent(key):
     fields = wire.race_fields((1, 2, 2), 3, 2)
     race = one_state_race()
     decoded = wire.decode_race(wire.unpack(wire.encode_race("c", 0, race, {}, {}, fields), 1 << 20), fields, max_states=10)
-    assert "road_tiles_touched" not in decoded.rollout_results  # a game without tiles sends none
-    race["road_tiles_touched"] = [np.int64(4)]
+    assert key not in decoded.rollout_results  # a game without tiles sends none
+    race[key] = [np.int64(4)]
     body = wire.unpack(wire.encode_race("c", 0, race, {}, {}, fields), 1 << 20)
-    assert body["race"]["road_tiles_touched"]["dtype"] == "<i8"
-    assert wire.decode_race(body, fields, max_states=10).rollout_results["road_tiles_touched"] == [4]
-    body["race"]["road_tiles_touched"] = wire.encode_array(np.array([4.0], np.float32))
-    with pytest.raises(wire.WireError, match="road_tiles_touched.*not allowed"):
+    assert body["race"][key]["dtype"] == "<i8"
+    decoded = wire.decode_race(body, fields, max_states=10).rollout_results[key]
+    assert decoded == [4] and type(decoded[0]) is int
+    body["race"][key] = wire.encode_array(np.array([4.0], np.float32))
+    with pytest.raises(wire.WireError, match=f"{key}.*not allowed"):
         wire.decode_race(body, fields, max_states=10)
-    body["race"]["road_tiles_touched"] = wire.encode_array(np.array([4, 5], np.int64))
-    with pytest.raises(wire.WireError, match="road_tiles_touched` has 2 steps"):
+    body["race"][key] = wire.encode_array(np.array([4, 5], np.int64))
+    with pytest.raises(wire.WireError, match=f"{key}` has 2 steps"):
         wire.decode_race(body, fields, max_states=10)

@@ -29,6 +29,7 @@ from gymnasium.envs.box2d import car_racing as gym_car_racing
 from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP
 from trackmania_rl.games.base import (
     RACE_RULES,
+    ROAD_TILES_MISSED,
     ROAD_TILES_TOUCHED,
     ROLLOUT_ACTION_KEYS,
     ROLLOUT_STATE_KEYS,
@@ -42,6 +43,7 @@ from trackmania_rl.games.base import (
 from trackmania_rl.games.car_racing import floats as car_floats
 from trackmania_rl.games.car_racing.actions import action_tables
 from trackmania_rl.games.car_racing.env import RENDERER_FAST, CarRacingEnv, frame_render_size, native_step_limit, track_centerline
+from trackmania_rl.games.car_racing.missed_tiles import MissedTileCounter
 from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker, make_zone_centers
 
 MS_PER_STEP = MS_PER_PHYSICS_STEP["carracing"]  # Box2D runs at 50 steps per game second
@@ -83,6 +85,7 @@ class _Race:
         "split_distances",
         "cp_time_ms",
         "lap_time_ms",
+        "missed_tiles",
         # set by `_play` when the race ends
         "physics_steps",
         "native_score",
@@ -90,11 +93,11 @@ class _Race:
         "left_playfield",
     )
 
-    def __init__(self, cfg, geometry: ZoneGeometry, tracker: ZoneTracker, hull, timings: dict, t_start: int):
+    def __init__(self, cfg, geometry: ZoneGeometry, tracker: ZoneTracker, hull, timings: dict, t_start: int, centerline):
         self.geometry, self.tracker, self.hull = geometry, tracker, hull
         self.timings = timings  # ns per timed stage, summed over the race
         self.t_start = t_start  # perf_counter_ns at the start of the reset
-        self.results = {key: [] for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS + (ROAD_TILES_TOUCHED,)}
+        self.results = {key: [] for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS + (ROAD_TILES_TOUCHED, ROAD_TILES_MISSED)}
         self.stats = {}
         self.n_prev = cfg.n_prev_actions_in_inputs
         self.previous_actions = [0] * self.n_prev  # before the start: action 0, like Linesight
@@ -103,6 +106,7 @@ class _Race:
         self.split_distances = [geometry.start_distance + self.lap * q / 4 for q in (1, 2, 3)]
         self.cp_time_ms = [0]
         self.lap_time_ms = None  # when the car first crossed the finish line after a lap
+        self.missed_tiles = MissedTileCounter(centerline, geometry.start_distance)  # those of the first lap
 
 
 def validate_map_spec(map_spec) -> MapSpec:
@@ -152,7 +156,9 @@ class CarRacingGameInstance(GameInstance):
       (np.float32 (layout.dim,), float 0 = 0.0), `car_gear_and_wheels` (np.float32, the floats of
       segments CAR_STATE_FIRST..CAR_STATE_LAST), `current_zone_idx` (int),
       `meters_advanced_along_centerline` (float), `road_tiles_touched` (int, distinct road tiles touched since
-      the start; the native score pays for each);
+      the start; the native score pays for each), `road_tiles_missed` (int, tiles of the first lap the car has
+      driven past without touching them: games/car_racing/missed_tiles.py; at the finish pseudo-step, every tile
+      the lap left untouched);
     - action lists, A entries: `actions` (int), `action_was_greedy` (bool), `q_values`
       (np.float32 (n_actions,)), `input_w` (bool, accelerate pressed);
     - entry A of the state lists, present only when finished, is the finish pseudo-step: the frame
@@ -471,7 +477,7 @@ class CarRacingGameInstance(GameInstance):
                     end_reason = END_LEFT_PLAYFIELD
                     break
         if end_reason == END_FINISHED:
-            self._append_finish_pseudo_step(race.results, geometry, race.previous_actions, timings)
+            self._append_finish_pseudo_step(race)
 
         race.physics_steps = physics_steps
         race.native_score = native_score
@@ -497,7 +503,7 @@ class CarRacingGameInstance(GameInstance):
                 f"zone center {geometry.start_zone_idx} is {geometry.centers[geometry.start_zone_idx]}"
             )
         tracker = ZoneTracker(geometry, self.max_distance_to_zone_center())
-        return _Race(self.cfg, geometry, tracker, env.car.hull, timings, t_start)
+        return _Race(self.cfg, geometry, tracker, env.car.hull, timings, t_start, track_centerline(env))
 
     def _decide(self, race: _Race, exploration_policy, update_network) -> int:
         """One decision at the current state: its floats, the network update when due, the frame, the
@@ -533,6 +539,7 @@ class CarRacingGameInstance(GameInstance):
         results["current_zone_idx"].append(tracker.current_zone_idx)
         results["meters_advanced_along_centerline"].append(tracker.progress)
         results[ROAD_TILES_TOUCHED].append(self.env.tile_visited_count)
+        results[ROAD_TILES_MISSED].append(race.missed_tiles.update(tracker.progress, self.env.road))
         results["actions"].append(action)
         results["action_was_greedy"].append(was_greedy)
         results["q_values"].append(q_values)
@@ -585,8 +592,10 @@ class CarRacingGameInstance(GameInstance):
             stats[f"instrumentation__{stage}"] = ns / n_actions
         return stats
 
-    def _append_finish_pseudo_step(self, results: dict, geometry: ZoneGeometry, previous_actions, timings: dict) -> None:
-        """The state at the finish: real frame and floats, zone = first past the finish, progress = finish."""
+    def _append_finish_pseudo_step(self, race: _Race) -> None:
+        """The state at the finish: real frame and floats, zone = first past the finish, progress = finish; every
+        tile of the lap not touched by then is missed."""
+        results, geometry, timings = race.results, race.geometry, race.timings
         clock = self.clock
         t0 = clock()
         view = self._render()
@@ -594,13 +603,14 @@ class CarRacingGameInstance(GameInstance):
         frame = self._to_frame(view)
         timings["render"] += t1 - t0
         timings["convert_frame"] += clock() - t1
-        state_float = self.state_float(geometry, geometry.finish_zone_idx, geometry.finish_distance, previous_actions)
+        state_float = self.state_float(geometry, geometry.finish_zone_idx, geometry.finish_distance, race.previous_actions)
         results["frames"].append(frame)
         results["state_float"].append(state_float)
         results["car_gear_and_wheels"].append(state_float[self._car_state_slice].copy())
         results["current_zone_idx"].append(geometry.finish_zone_idx)
         results["meters_advanced_along_centerline"].append(geometry.finish_distance)
         results[ROAD_TILES_TOUCHED].append(self.env.tile_visited_count)
+        results[ROAD_TILES_MISSED].append(race.missed_tiles.judge_all(self.env.road))
 
     def _check_decision(self, decision) -> tuple[int, bool, float, np.ndarray]:
         try:

@@ -71,7 +71,7 @@ RACE_BODY = {
                     "arrays {dtype: str, shape: [int], data: bin} per step: frames |u1 [F,1,H,W]; state_float <f4 [F,D]; "
                     "current_zone_idx <i4|<i8 [F]; meters_advanced_along_centerline <f4|<f8 [F]; car_gear_and_wheels <f4 [F,C]; "
                     "actions <i4|<i8|u1 [A]; action_was_greedy |b1 [A]; q_values <f4 [A,n_actions]; input_w |b1 [A]; "
-                    "policy_version <i4|<i8 [A]; optional road_tiles_touched <i4|<i8 [F]; "
+                    "policy_version <i4|<i8 [A]; optional road_tiles_touched and road_tiles_missed <i4|<i8 [F]; "
                     "plus furthest_zone_idx: int and race_time: int (ms, only when finished; "
                     "then A = F - 1, else A = F). Byte-level format: docs/http-api.md."
                 ),

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import msgpack
 import numpy as np
 
-from trackmania_rl.games.base import ROAD_TILES_TOUCHED
+from trackmania_rl.games.base import ROAD_TILE_COUNTS, ROAD_TILES_MISSED, ROAD_TILES_TOUCHED
 from trackmania_rl.rollouts.contract import FURTHEST_ZONE, POLICY_VERSION, RACE_TIME
 
 # numpy type strings allowed on the wire: no object, no big-endian, no strings, no datetimes
@@ -64,6 +64,7 @@ def race_fields(frame_shape: tuple, float_dim: int, n_actions: int) -> dict[str,
         "input_w": FieldSpec(("|b1",), (), False),
         POLICY_VERSION: FieldSpec(ints, (), False),
         ROAD_TILES_TOUCHED: FieldSpec(ints, (), True, optional=True),
+        ROAD_TILES_MISSED: FieldSpec(ints, (), True, optional=True),
     }
 
 
@@ -133,7 +134,7 @@ def encode_race(client_id: str, seq: int, rollout_results: dict, end_race_stats:
         array = np.asarray(values) if len(values) else np.zeros((0, *[0 if d is None else d for d in spec.per_step]))
         if name == "state_float":
             array = array.astype(np.float32, copy=False)
-        elif name in ("current_zone_idx", "actions", POLICY_VERSION, ROAD_TILES_TOUCHED):
+        elif name in ("current_zone_idx", "actions", POLICY_VERSION, *ROAD_TILE_COUNTS):
             array = array.astype(np.int64, copy=False)
         elif name == "frames":
             array = array.astype(np.uint8, copy=False)
