@@ -63,7 +63,7 @@ reward_per_new_road_tile = 0.1
 road_tile_reward_max_m_behind_furthest = None
 # CarRacing: this is taken from the reward for each road tile of the lap the car drives past without touching it (its
 # own episode only ends once every tile is touched: a lap that misses one drives on to the 20 s limit).
-missed_road_tile_penalty = 0.0
+missed_road_tile_penalty = 2.0
 
 # ---------------------------------------------------------------------------------------------------
 # Mini-races and n-step returns

@@ -124,6 +124,7 @@ def make_rollout(
         "policy_version": [0] * n_actions,
         "furthest_zone_idx": n_states - 1,
         "road_tiles_touched": list(range(n_states)),  # a new tile per step
+        "road_tiles_missed": [0] * n_states,
     }
     if finished:
         rollout["race_time"] = race_time if race_time is not None else (n_states - 2) * cfg.ms_per_action + cfg.ms_per_action // 2

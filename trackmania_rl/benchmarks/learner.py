@@ -91,6 +91,7 @@ def synthetic_rollout(cfg, layout, rng: np.random.Generator, n_states: int = ROL
         "input_w": [True] * n_states,
         "furthest_zone_idx": n_states - 1,
         "road_tiles_touched": list(np.cumsum(rng.integers(0, 3, n_states))),
+        "road_tiles_missed": list(np.cumsum(rng.random(n_states) < 0.01)),
     }
 
 

@@ -276,7 +276,8 @@ RESTART_ONLY = tuple(name for name, (_, _, needs_restart) in SETTINGS.items() if
 
 # Settings added after config files were first written, with the value a file that predates them gets
 # (an older run's config copy, a shipped model's settings): the behaviour it was written for. config_files/config.py
-# sets the same values, except reward_per_new_road_tile (0.1 for new runs).
+# sets the same values, except reward_per_new_road_tile (0.1 for new runs), missed_road_tile_penalty (2.0), held_out_rules
+# (native) and frame_renderer (fast).
 ADDED_LATER = {
     "max_policy_lag": 100_000,
     "checkpoints_kept": 2,
