@@ -219,6 +219,7 @@ def test_agent_learns_the_values_of_a_chain(use_ddqn):
         reward_per_m_advanced_along_centerline=1.0,
         shaped_reward_dist_to_cur_vcp=0.0,
         reward_per_new_road_tile=0.0,
+        missed_road_tile_penalty=0.0,
         use_ddqn=use_ddqn,  # default mini-race: H = 50 actions, much longer than the chain
         batch_size=64,
     )
