@@ -1,6 +1,11 @@
 """Mixed precision for the learning step: bfloat16 where it is kept, float32 where the resolution matters, and the
 start-up probe that chooses (trackmania_rl/agents/precision.py, IQNNetwork.training_forward)."""
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 import torch
 
@@ -144,3 +149,26 @@ def test_auto_decides_on_the_probes_times(cfg, layout, monkeypatch, medians, dty
     assert asked == [(torch.float32, torch.bfloat16)]
     assert choice.dtype == dtype and (choice.float32_ms, choice.bfloat16_ms) == medians
     assert logged == [f"training precision {choice.name}: {choice.reason}"] and f"at batch {cfg.batch_size} on cpu" in logged[0]
+
+
+def test_a_signal_while_the_probe_runs_is_taken_once_its_thread_has_ended():
+    """Ctrl-C (or SIGTERM) during the precision probe: the KeyboardInterrupt comes only after the probe's thread has
+    ended. Raised inside Python 3.11's join(), it left the thread running unjoined, and the trainer exiting under it
+    aborted ("terminate called without an active exception")."""
+    ended = []
+
+    def work():
+        os.kill(os.getpid(), signal.SIGINT)  # while the calling thread waits for this one
+        time.sleep(0.3)
+        ended.append(threading.current_thread().name)
+        return "done"
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            precision.on_threads(1, work)
+            time.sleep(5)  # the pending signal is taken as soon as the calling thread runs Python again
+        assert ended == ["on-threads"]
+        assert precision.on_threads(1, lambda: "a later call works as before") == "a later call works as before"
+    finally:
+        signal.signal(signal.SIGINT, previous)

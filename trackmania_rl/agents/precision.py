@@ -8,10 +8,12 @@ architecture, at its batch size) both ways at start-up and keeps bfloat16 only w
 
 from __future__ import annotations
 
+import signal
 import statistics
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -110,7 +112,11 @@ def choose_precision(
 def on_threads(threads: int | None, work: Callable[[], object]):
     """work() on a short-lived thread set to `threads` torch threads (None: on this thread, as it is). The learner's
     main thread keeps one torch thread (learner/cores.py keep_main_thread_single): a team of OpenMP workers of its own
-    would stay alive and slow the training thread's; a thread that ends takes its team with it."""
+    would stay alive and slow the training thread's; a thread that ends takes its team with it.
+
+    A SIGINT or SIGTERM meanwhile is acted on once work() has ended: a handler that raised inside Python 3.11's
+    join() would leave the thread running, marked finished (bpo-45274), and an interpreter that exits under a thread
+    still inside torch aborts the process ("terminate called without an active exception")."""
     if threads is None:
         return work()
     outcome: dict = {}
@@ -123,11 +129,32 @@ def on_threads(threads: int | None, work: Callable[[], object]):
             outcome["error"] = e
 
     thread = threading.Thread(target=run, name="on-threads")
-    thread.start()
-    thread.join()
+    with signals_noted_until_done():
+        thread.start()
+        thread.join()
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+@contextmanager
+def signals_noted_until_done():
+    """SIGINT and SIGTERM during the block are only noted, then raised again once it ends, for the handlers it found
+    (on the main thread, the only one whose handlers Python runs; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    previous: dict = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda received, frame: noted.append(received))
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        for signum in noted:
+            signal.raise_signal(signum)
 
 
 def choice_from_probe(float32_ms: float, bfloat16_ms: float, probe: str) -> PrecisionChoice:
