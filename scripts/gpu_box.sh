@@ -46,7 +46,11 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     # not while a run started here goes on: its games read these packages, and a reinstall removes each package's
     # folder before moving the new one in (the 2026-11-27 H100 run dropped 20 races so: docs/runs/2026-11-27_gpu_box_h100)
     if [ ! -f "$work/started" ] || [ ! -d /tmp/site ]; then
-        python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+        python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || {
+            rc=$?  # said at once, in steps.txt too: otherwise it shows only as import errors in every later step
+            echo "$(date +%T) installing .whl/*.whl into /tmp/site failed (pip exit $rc): the steps below may not import them" \
+                | tee -a "$out/steps.txt" >&2
+        }
     fi
     [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
