@@ -5,6 +5,9 @@ Nothing else in the project names a device: code receives the `torch.device` cho
 
 from __future__ import annotations
 
+import os
+import platform
+
 import torch
 
 
@@ -44,3 +47,33 @@ def wait_for_device(device: torch.device) -> None:
     the work is done when each call returns."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def cpu_model() -> str:
+    """The CPU in words: its model name, and where /proc/cpuinfo has them its family and model numbers (a bare
+    "AMD EPYC" names no generation) and the bfloat16 instructions a precision probe depends on. Figures differ by
+    CPU, and the machines behind one name vary: every figure says which one made it."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or "unknown CPU"
+    details = [f"family {fields['cpu family']} model {fields['model']}"] if "cpu family" in fields and "model" in fields else []
+    details.append(f"{os.cpu_count() or 1} cores")
+    bf16 = [flag for flag in ("avx512_bf16", "amx_bf16") if flag in fields.get("flags", "").split()]
+    details.append(", ".join(bf16) if bf16 else "no bf16 instructions")
+    return f"{name} ({', '.join(details)})"
+
+
+def machine_in_words(device: torch.device) -> str:
+    """The processors a run's figures come from: the CPU, and the GPU when the run trains on one."""
+    words = f"CPU {cpu_model()}"
+    if device.type == "cuda":
+        words += f", GPU {torch.cuda.get_device_name(device)}"
+    return words

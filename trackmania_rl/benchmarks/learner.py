@@ -37,7 +37,6 @@ sampling and the collectors' inference stay on the CPU, where they run in traini
 
 from __future__ import annotations
 
-import platform
 import statistics
 import sys
 import time
@@ -55,7 +54,7 @@ from trackmania_rl.agents.precision import MIN_SPEEDUP
 from trackmania_rl.agents.step_results import STEPS_LEFT_IN_FLIGHT, StepsInFlight
 from trackmania_rl.agents.training import TAU_KEYS, Trainer, make_optimizer
 from trackmania_rl.config.loader import default_config
-from trackmania_rl.device import choose_device, wait_for_device
+from trackmania_rl.device import choose_device, cpu_model, wait_for_device
 from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
@@ -347,17 +346,6 @@ def make_trainer(cfg, layout, n_actions: int, device: torch.device, cuda_graphs:
         set_capturable(trainer.optimizer, True)
         trainer.graphed = GraphedTrainStep(trainer, log=lambda m: None)
     return trainer
-
-
-def cpu_model() -> str:
-    """The CPU's model name (figures differ by CPU: say which one they came from)."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def run(args):

@@ -11,7 +11,7 @@ from pathlib import Path
 from trackmania_rl.agents.graphed_step import check_cuda_graphs_setting
 from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load_config, load_user_config
-from trackmania_rl.device import choose_device
+from trackmania_rl.device import choose_device, machine_in_words
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
 from trackmania_rl.learner.cores import LearnerThreads, auto_collectors, keep_main_thread_single, set_switch_interval
@@ -257,6 +257,7 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     run.source = source = build_sources(context, here, producers=collectors_count)  # nothing started yet
     sources = " + ".join(([f"{here} local collector(s)"] if here else []) + remote_source_names(options, cfg))
     log(f"run {options.run_name}: device {device}, {sources}, game {user.game_backend}, saves in {run_dir}")
+    log(f"machine: {machine_in_words(device)}")  # figures differ by machine: every log names the one that made it
 
     log(keep_freed_memory_for_reuse())  # before the precision probe and the first train steps
     log(set_switch_interval(device))
