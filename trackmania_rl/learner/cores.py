@@ -66,9 +66,9 @@ def keep_main_thread_single() -> None:
 
     Why not more: torch's CPU parallelism is GNU OpenMP, which gives each thread that runs a parallel region a team of
     its own. Once the threads of all teams outnumber the cores, its idle workers stop spinning and sleep, and every
-    parallel region (each of a train step's hundreds of ops) pays a wake-up: measured on 2 cores, a batch-128 train
-    step on 2 threads in a second thread took 44 ms with the main thread's own 2-thread team alive (1 thread: 45 ms),
-    31 ms without it (docs/performance.md)."""
+    parallel region (each of a train step's hundreds of ops) pays a wake-up. On 2 cores that left a 2-thread train step
+    in the training thread no faster than a 1-thread one (seen when commit 7db9a08 made this change; the timings' raw
+    output was not kept, so none is quoted here)."""
     torch.set_num_threads(1)
 
 
