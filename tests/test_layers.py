@@ -2,8 +2,8 @@
 
 Every `import` and `from ... import` of trackmania_rl modules is read with `ast`, those inside functions (imported
 when first used) and under `if TYPE_CHECKING:` included. Layers, top to bottom: evaluation and benchmarks, learner_group,
-learner, replay, rollouts, agents, games; the ground (config, monitoring, device.py, serialization.py) is used by all and
-uses none of them. The scripts sit above everything and are not checked.
+learner, replay, rollouts, agents, games; the ground (config, monitoring, device.py, serialization.py,
+deferred_signals.py) is used by all and uses none of them. The scripts sit above everything and are not checked.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ LAYERS = {
     "monitoring": 0,
     "device": 0,
     "serialization": 0,
+    "deferred_signals": 0,
 }
 
 

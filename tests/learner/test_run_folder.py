@@ -101,6 +101,28 @@ def test_stop_signals_raise_then_note_then_ignore():
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_stop_signals_deferred_are_taken_when_the_loop_starts_or_ignored_once_shutdown_began():
+    before = signal.getsignal(signal.SIGINT)
+    signals = StopSignals().install()
+    try:
+        signals.defer()  # while children spawn: a signal is only noted
+        signal.raise_signal(signal.SIGTERM)
+        assert signals.requested is None
+        with pytest.raises(KeyboardInterrupt):
+            signals.start_loop()  # then taken as start-up takes it
+        assert signals.requested == "SIGTERM" and signals.mode == "shutdown"
+        assert signal.getsignal(signal.SIGTERM) == signals._handle  # its handler is back
+        signals.restore()
+        signals = StopSignals().install()
+        signals.defer()
+        signal.raise_signal(signal.SIGINT)
+        signals.begin_shutdown()  # a signal deferred until shutdown is ignored: no KeyboardInterrupt
+        assert signals.requested is None and signal.getsignal(signal.SIGINT) == signals._handle
+    finally:
+        signals.restore()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 class FakeLearner:
     def __init__(self, failures):
         self.failures = list(failures)

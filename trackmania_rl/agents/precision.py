@@ -8,18 +8,17 @@ architecture, at its batch size) both ways at start-up and keeps bfloat16 only w
 
 from __future__ import annotations
 
-import signal
 import statistics
 import threading
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.training import Trainer, make_optimizer
+from trackmania_rl.deferred_signals import DeferredSignals
 from trackmania_rl.device import wait_for_device
 
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -129,32 +128,12 @@ def on_threads(threads: int | None, work: Callable[[], object]):
             outcome["error"] = e
 
     thread = threading.Thread(target=run, name="on-threads")
-    with signals_noted_until_done():
+    with DeferredSignals():
         thread.start()
         thread.join()
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
-
-
-@contextmanager
-def signals_noted_until_done():
-    """SIGINT and SIGTERM during the block are only noted, then raised again once it ends, for the handlers it found
-    (on the main thread, the only one whose handlers Python runs; elsewhere nothing changes)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    noted: list[int] = []
-    previous: dict = {}
-    try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, lambda received, frame: noted.append(received))
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        for signum in noted:
-            signal.raise_signal(signum)
 
 
 def choice_from_probe(float32_ms: float, bfloat16_ms: float, probe: str) -> PrecisionChoice:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trackmania_rl.deferred_signals import STOP_SIGNALS, DeferredSignals
 from trackmania_rl.serialization import atomic_write
 
 try:
@@ -219,15 +220,17 @@ class StopSignals:
 
     Modes: "raise" (start-up: the first signal raises KeyboardInterrupt wherever the trainer is),
     "flag" (the training loop: the first signal sets `requested`, the loop ends at its next pass) and
-    "shutdown" (stopping and final save: every signal is ignored, with a line on stderr).
+    "shutdown" (stopping and final save: every signal is ignored, with a line on stderr). `defer()` holds signals
+    back (deferred_signals.py) until the loop starts or shutdown begins, then hands them to the mode of that moment.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = STOP_SIGNALS
 
     def __init__(self):
         self.requested: str | None = None  # the name of the first signal received
         self.mode = "raise"
         self._previous: dict = {}
+        self._deferred: DeferredSignals | None = None
 
     def install(self) -> StopSignals:
         for signum in self.SIGNALS:
@@ -236,24 +239,34 @@ class StopSignals:
         return self
 
     def restore(self) -> None:
+        self._end_deferral()
         for signum, handler in self._previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous.clear()
 
     def defer(self) -> None:
-        """From now on a signal is only noted (e.g. while child processes are spawned: an exception in the
-        middle of handing a child its start-up data would leave it with half of it)."""
-        if self.mode == "raise":
-            self.mode = "flag"
+        """Until start_loop (or begin_shutdown) a signal is only noted, then handled as it would have been (e.g. while
+        child processes are spawned: an exception in the middle of handing a child its start-up data would leave it
+        with half of it)."""
+        if self.mode == "raise" and self._deferred is None:
+            self._deferred = DeferredSignals(self.SIGNALS).start()
 
     def start_loop(self) -> None:
-        """From now on a signal is only noted; raises KeyboardInterrupt if one came during start-up already."""
+        """From now on a signal is only noted; raises KeyboardInterrupt if one came during start-up already (a
+        deferred one is handled here, in "raise" mode)."""
+        self._end_deferral()
         self.mode = "flag"
         if self.requested:
             raise KeyboardInterrupt
 
     def begin_shutdown(self) -> None:
         self.mode = "shutdown"
+        self._end_deferral()  # a signal deferred until now is ignored, with its line
+
+    def _end_deferral(self) -> None:
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            deferred.end()
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
