@@ -20,24 +20,12 @@ import numpy as np
 
 from trackmania_rl.agents.acting import acting_torch_settings
 from trackmania_rl.evaluation.evaluate import EvaluationError, open_policy
-from trackmania_rl.games.car_racing.fast_view import FastFrameRenderer
-from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
+from trackmania_rl.games.car_racing.renderer_comparison import BothRenderersGame, frame_difference
 from trackmania_rl.rollouts.greedy import play_race
 
 FIDELITY_SEEDS = (200, 201, 202, 203, 204, 205)
 RANDOM_SEEDS = (210, 211, 212)
 CAR_BOX_PX = 5  # "around the car": this many pixels either way of the car's centre in the frame
-
-
-def frame_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """|a - b| per pixel of two uint8 frames, as int16."""
-    return np.abs(a.astype(np.int16) - b.astype(np.int16))
-
-
-def attach_fast_renderer(game: CarRacingGameInstance) -> None:
-    """Give a pygame-renderer game a fast renderer too (bound to each track at reset), to draw both of one state."""
-    _, height, width = game.frame_shape
-    game.env.fast_frames = FastFrameRenderer(height, width, render_h=game.env.render_size[1])
 
 
 def run(weights, quick: bool):
@@ -46,14 +34,14 @@ def run(weights, quick: bool):
     except EvaluationError as e:
         yield {"figure": "game.fast_frame_abs_diff", "value": None, "skipped": str(e)}
         return
-    cfg = policy.cfg.replace(frame_renderer="pygame")
+    # states played on the pygame frames; BothRenderersGame gives the fast renderer to every env it makes, so an env
+    # the game rebuilds after a crash draws both as well (game.env is read at each use, never kept across races)
     seeds = FIDELITY_SEEDS[:2] if quick else FIDELITY_SEEDS
-    yield from _greedy_figures(policy, CarRacingGameInstance(cfg), seeds, trained_on=policy.cfg.frame_renderer)
-    yield from _random_control_figures(CarRacingGameInstance(cfg), RANDOM_SEEDS[:1] if quick else RANDOM_SEEDS, 80 if quick else 200)
+    yield from _greedy_figures(policy, BothRenderersGame(policy.cfg), seeds, trained_on=policy.cfg.frame_renderer)
+    yield from _random_control_figures(BothRenderersGame(policy.cfg), RANDOM_SEEDS[:1] if quick else RANDOM_SEEDS, 80 if quick else 200)
 
 
-def _greedy_figures(policy, game: CarRacingGameInstance, seeds, trained_on: str):
-    attach_fast_renderer(game)
+def _greedy_figures(policy, game: BothRenderersGame, seeds, trained_on: str):
     diffs, same, zoom_diffs = [], [], []
 
     def observer(step, frame, state_float, decision):
@@ -92,10 +80,9 @@ def _greedy_figures(policy, game: CarRacingGameInstance, seeds, trained_on: str)
     }
 
 
-def _random_control_figures(game: CarRacingGameInstance, seeds, actions_per_seed: int):
+def _random_control_figures(game: BothRenderersGame, seeds, actions_per_seed: int):
     """Random controls, each held 1 to 8 actions: full throttle, hard brakes and steering make skids, spins and grass."""
-    attach_fast_renderer(game)
-    env, rng = game.env, np.random.default_rng(0)
+    env, rng = game.env, np.random.default_rng(0)  # driven here directly: the game never rebuilds it
     _, height, width = game.frame_shape
     diffs, parts = [], {"near_car": [], "elsewhere": [], "zoom_in": [], "after_zoom_in": [], "on_grass": [], "on_road": []}
     try:

@@ -11,6 +11,10 @@ MS_PER_PHYSICS_STEP = {"carracing": 20, "trackmania": 10}
 DEFAULT_GAME_BACKEND = "carracing"  # the built-in game, and the only backend implemented so far
 # How CarRacing's frames are drawn (config setting `frame_renderer`; games/car_racing/env.py): "fast" straight at the
 # frame's size, "pygame" by CarRacing's own drawing into its 1000 x 800 window, smoothscaled
-FRAME_RENDERERS = ("fast", "pygame")
+RENDERER_FAST = "fast"
+RENDERER_PYGAME = "pygame"
+FRAME_RENDERERS = (RENDERER_FAST, RENDERER_PYGAME)
 # What ends a race (config setting `held_out_rules`, evaluate.py --rules; games/base.py says what each means)
-RACE_RULES = ("native", "training")
+RULES_NATIVE = "native"
+RULES_TRAINING = "training"
+RACE_RULES = (RULES_NATIVE, RULES_TRAINING)

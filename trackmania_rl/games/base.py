@@ -9,7 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from trackmania_rl.config.game_backends import RACE_RULES
+# the race rules' names live in the config layer (its settings take them); the contract's users import them from here
+from trackmania_rl.config.game_backends import RACE_RULES as RACE_RULES
+from trackmania_rl.config.game_backends import RULES_NATIVE as RULES_NATIVE
+from trackmania_rl.config.game_backends import RULES_TRAINING
 from trackmania_rl.games.float_layout import FloatLayout
 
 # rollout_results (DESIGN §3.2) as a game instance returns it: lists with one entry per state, lists with one
@@ -31,7 +34,7 @@ ROAD_TILE_COUNTS = (ROAD_TILES_TOUCHED, ROAD_TILES_MISSED)
 #   playfield). What collectors and the held-out evaluation play.
 # - "native": only what ends an episode of the game itself, as its publishers define it (CarRacing: Gymnasium's
 #   registered CarRacing-v3, its TimeLimit included), so that scores compare with published ones.
-RULES_NATIVE, RULES_TRAINING = RACE_RULES
+# (RULES_NATIVE and RULES_TRAINING: config/game_backends.py, imported above)
 
 # exploration_policy(frame uint8 (1, H, W), state_float float32 (D,)) -> (action, action_was_greedy, value, q_values)
 ExplorationPolicy = Callable[[np.ndarray, np.ndarray], tuple]

@@ -18,14 +18,12 @@ import numpy as np
 import pygame
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
-from trackmania_rl.config.game_backends import FRAME_RENDERERS
-from trackmania_rl.games.car_racing.fast_view import FastFrameRenderer
+from trackmania_rl.games.car_racing.fast_view import FastFrameRenderer, camera_zoom, grass_squares, playfield_corners
 
 NATIVE_ENV_ID = "CarRacing-v3"  # the registered environment whose episode rules are CarRacing's native rules
 VIEW_FRACTION = (35, 40)
 MAX_FRAME_W = gym_car_racing.WINDOW_W  # the window it draws into: larger frames would be upscaled blur
 MAX_FRAME_H = gym_car_racing.WINDOW_H * VIEW_FRACTION[0] // VIEW_FRACTION[1]
-RENDERER_FAST, RENDERER_PYGAME = FRAME_RENDERERS  # config setting `frame_renderer`
 
 
 def native_step_limit() -> int:
@@ -110,7 +108,7 @@ class CarRacingEnv(gym_car_racing.CarRacing):
         # CarRacing's own drawing of the scene and camera (its `_render`), without the HUD
         self.surf = pygame.Surface((gym_car_racing.WINDOW_W, gym_car_racing.WINDOW_H))
         angle = -self.car.hull.angle
-        zoom = 0.1 * gym_car_racing.SCALE * max(1 - self.t, 0) + gym_car_racing.ZOOM * gym_car_racing.SCALE * min(self.t, 1)
+        zoom = camera_zoom(self.t)
         scroll = pygame.math.Vector2((-self.car.hull.position[0] * zoom, -self.car.hull.position[1] * zoom)).rotate_rad(angle)
         translation = (gym_car_racing.WINDOW_W / 2 + scroll[0], gym_car_racing.WINDOW_H / 4 + scroll[1])
         self._render_road(zoom, translation, angle)
@@ -141,16 +139,10 @@ class _RoadDrawing:
     UNSURE_PX = 1e-3  # closer than this to the bounds: CarRacing's own test decides
 
     def __init__(self, env: gym_car_racing.CarRacing):
-        size, half_field = gym_car_racing.GRASS_DIM, gym_car_racing.PLAYFIELD
-        self.background = [(half_field, half_field), (half_field, -half_field), (-half_field, -half_field), (-half_field, half_field)]
-        # grass squares on every other cell of a 40 x 40 grid (the same float operations as CarRacing, so
-        # the same vertices), then the road tiles (their colours are read at each render: CarRacing
-        # recolours a tile in place when the car first touches it)
-        polygons = [
-            [(size * i + size, size * j), (size * i, size * j), (size * i, size * j + size), (size * i + size, size * j + size)]
-            for i in range(-20, 20, 2)
-            for j in range(-20, 20, 2)
-        ]
+        self.background = playfield_corners()
+        # the grass squares, then the road tiles (their colours are read at each render: CarRacing recolours a tile
+        # in place when the car first touches it)
+        polygons = grass_squares()
         self.n_grass = len(polygons)
         self.road_colors = []
         for polygon, color in env.road_poly:

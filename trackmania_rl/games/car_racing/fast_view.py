@@ -45,6 +45,29 @@ GROW_ROAD_PX = 0.75
 GROW_CAR_PX = 0.25
 
 
+def camera_zoom(t: float) -> float:
+    """CarRacing's camera zoom (window pixels per world unit) at game time `t` (s): its `_render`'s zoom-in over the
+    first second. Both renderers take it from here, so that their cameras cannot part."""
+    return 0.1 * gym_car_racing.SCALE * max(1 - t, 0) + gym_car_racing.ZOOM * gym_car_racing.SCALE * min(t, 1)
+
+
+def playfield_corners() -> list[tuple[float, float]]:
+    """The playfield's background square, in CarRacing's vertex order."""
+    half = gym_car_racing.PLAYFIELD
+    return [(half, half), (half, -half), (-half, -half), (-half, half)]
+
+
+def grass_squares() -> list[list[tuple[float, float]]]:
+    """CarRacing's grass squares, in its drawing order: every other cell of a 40 x 40 grid, each computed with the same
+    float operations as CarRacing's `_render_road` (so the same vertices, and the same pixels)."""
+    size = gym_car_racing.GRASS_DIM
+    return [
+        [(size * i + size, size * j), (size * i, size * j), (size * i, size * j + size), (size * i + size, size * j + size)]
+        for i in range(-20, 20, 2)
+        for j in range(-20, 20, 2)
+    ]
+
+
 def grey_level(rgb) -> np.ndarray:
     """The grey levels (int, one per colour) that regions of colour `rgb` (0-255 per channel, truncated as CarRacing
     truncates; one colour or an (N, 3) list) have in the pygame frame: smoothscale's loss, then COLOR_RGB2GRAY."""
@@ -105,16 +128,10 @@ class FastFrameRenderer:
     def bind_track(self, env: gym_car_racing.CarRacing) -> None:
         """Gather the track's polygons (world vertices, one array: the grass squares, then the road in `road_poly`
         order) and the car's parts; make each road tile's colour a row of `self.road_rgb`."""
-        half_field, size = gym_car_racing.PLAYFIELD, gym_car_racing.GRASS_DIM
-        corners = [(half_field, half_field), (half_field, -half_field), (-half_field, -half_field), (-half_field, half_field)]
-        self.background = np.array([corners], dtype=np.float64)
+        self.background = np.array([playfield_corners()], dtype=np.float64)
         self.background_grey = int(grey_level(env.bg_color)[0])
         self.grass_grey = int(grey_level(env.grass_color)[0])
-        grass = [
-            [(size * i + size, size * j), (size * i, size * j), (size * i, size * j + size), (size * i + size, size * j + size)]
-            for i in range(-20, 20, 2)
-            for j in range(-20, 20, 2)
-        ]
+        grass = grass_squares()
         self.n_grass = len(grass)
         road = [[(p[0], p[1]) for p in polygon] for polygon, _ in env.road_poly]
         self.polygons = np.array(grass + road, dtype=np.float64)  # (N, 4, 2): every polygon CarRacing draws has 4 vertices
@@ -171,8 +188,7 @@ class FastFrameRenderer:
     def draw(self, env: gym_car_racing.CarRacing) -> np.ndarray:
         """The grey frame of the env's current state, (1, height, width) uint8."""
         hull = env.car.hull
-        t = env.t
-        zoom = 0.1 * gym_car_racing.SCALE * max(1 - t, 0) + gym_car_racing.ZOOM * gym_car_racing.SCALE * min(t, 1)
+        zoom = camera_zoom(env.t)
         c, s = math.cos(-hull.angle), math.sin(-hull.angle)
         # world -> canvas: rotate about the car by minus its heading, zoom, put the car at (W/2, H/4) of the window,
         # flip the rows, scale to the canvas; -0.5: OpenCV's pixel centres sit on whole coordinates

@@ -21,12 +21,13 @@ import operator
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import NamedTuple
 
 import cv2
 import numpy as np
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
-from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP
+from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP, RENDERER_FAST
 from trackmania_rl.games.base import (
     RACE_RULES,
     ROAD_TILES_MISSED,
@@ -42,7 +43,8 @@ from trackmania_rl.games.base import (
 )
 from trackmania_rl.games.car_racing import floats as car_floats
 from trackmania_rl.games.car_racing.actions import action_tables
-from trackmania_rl.games.car_racing.env import RENDERER_FAST, CarRacingEnv, frame_render_size, native_step_limit, track_centerline
+from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size, native_step_limit, track_centerline
+from trackmania_rl.games.car_racing.fast_view import camera_zoom
 from trackmania_rl.games.car_racing.missed_tiles import MissedTileCounter
 from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker, make_zone_centers
 
@@ -50,16 +52,19 @@ MS_PER_STEP = MS_PER_PHYSICS_STEP["carracing"]  # Box2D runs at 50 steps per gam
 
 # CarRacing draws its HUD bar over the bottom 5/40 of its window (`_render_indicators`), so the top
 # 35/40 of any rendered image is the view of the track alone.
-ZONE_CENTERS_CACHE_SIZE = 256  # seeds; ~7 KB each
+TRACKS_CACHE_SIZE = 256  # seeds; ~7 KB of zone centers and ~5 KB of centerline each
 
 END_FINISHED = "finished"
 END_LEFT_PLAYFIELD = "left_playfield"
 END_TIME_LIMIT = "time_limit"  # native rules: Gymnasium's TimeLimit truncated the episode
 
 
-def _as_drawn(frame: np.ndarray) -> np.ndarray:
-    """The fast renderer's output is the frame already."""
-    return frame
+class _Track(NamedTuple):
+    """What a track's seed fixes for every race on it, computed once per seed: its zone centers and its centerline
+    (the missed-tile count measures progress along it)."""
+
+    zone_centers: np.ndarray
+    centerline: np.ndarray
 
 
 class _GameFailure(Exception):
@@ -209,14 +214,13 @@ class CarRacingGameInstance(GameInstance):
         self._render_w, self._render_h = frame_render_size(cfg.H_downsized, cfg.W_downsized)
         # the fast renderer draws the frame itself; the pygame one a view that convert_frame turns into the frame
         self._fast = cfg.frame_renderer == RENDERER_FAST
-        self._to_frame = _as_drawn if self._fast else self.convert_frame
         layout = self.float_layout
         self._car_state_slice = layout.span(car_floats.CAR_STATE_FIRST, car_floats.CAR_STATE_LAST)
         self._segment_names = layout.names()
         if set(self._segment_names) != set(car_floats.SEGMENT_NAMES):
             raise ValueError(f"the CarRacing float layout must have the segments {car_floats.SEGMENT_NAMES}, got {self._segment_names}")
         self._lookahead_offsets = [k * cfg.one_every_n_zone_centers_in_inputs for k in range(cfg.n_zone_centers_in_inputs)]
-        self._zone_centers_cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._tracks: OrderedDict[int, _Track] = OrderedDict()  # by seed, the most recently used last
         self.env = self._make_env()
 
     # ----------------------------------------------------------------------------------------------
@@ -277,16 +281,25 @@ class CarRacingGameInstance(GameInstance):
             return reward, None
         return reward, END_FINISHED if info.get("lap_finished") else END_LEFT_PLAYFIELD
 
-    def render_frame(self) -> np.ndarray:
-        """The (1, H, W) uint8 frame of the game's current state, drawn by the instance's renderer."""
-        return self._to_frame(self._render())
-
-    def _render(self) -> np.ndarray:
-        """The fast renderer's frame, or the pygame renderer's RGB view (`_to_frame` makes either the frame)."""
+    def render_frame(self, timings: dict | None = None) -> np.ndarray:
+        """The (1, H, W) uint8 frame of the game's current state, drawn by the instance's renderer. The fast renderer
+        draws the frame itself; the pygame renderer draws an RGB view that `convert_frame` makes the frame. With
+        `timings`, the drawing is added to its "render" and the conversion (pygame only) to its "convert_frame"."""
+        clock = self.clock
+        t0 = clock()
         try:
-            return self.env.render_fast_frame() if self._fast else self.env.render_state_pixels()
+            drawn = self.env.render_fast_frame() if self._fast else self.env.render_state_pixels()
         except Exception as e:
             raise _GameFailure() from e
+        if timings is not None:
+            timings["render"] += clock() - t0
+        if self._fast:
+            return drawn
+        t0 = clock()
+        frame = self.convert_frame(drawn)
+        if timings is not None:
+            timings["convert_frame"] += clock() - t0
+        return frame
 
     def _crash(self, failure: _GameFailure, map_spec: MapSpec) -> GameCrashed:
         """Rebuild the game after it raised; the error to raise (from the original cause)."""
@@ -303,23 +316,28 @@ class CarRacingGameInstance(GameInstance):
         """The (M, 2) zone centers of the map's track (cached per seed)."""
         map_spec = validate_map_spec(map_spec)
         seed = int(map_spec.seed)
-        if seed in self._zone_centers_cache:
-            self._zone_centers_cache.move_to_end(seed)
+        if seed in self._tracks:
+            self._tracks.move_to_end(seed)
         else:
             try:
                 self._reset(seed)
             except _GameFailure as failure:
                 raise self._crash(failure, map_spec) from failure.__cause__
-            cfg = self.cfg
-            self._zone_centers_cache[seed] = make_zone_centers(
-                track_centerline(self.env),
-                cfg.distance_between_checkpoints,
-                cfg.n_zone_centers_extrapolate_before_start_of_map,
-                cfg.n_zone_centers_extrapolate_after_end_of_map,
-            )
-            if len(self._zone_centers_cache) > ZONE_CENTERS_CACHE_SIZE:
-                self._zone_centers_cache.popitem(last=False)
-        return self._zone_centers_cache[seed].copy()
+            self._tracks[seed] = self._track_of_env()
+            if len(self._tracks) > TRACKS_CACHE_SIZE:
+                self._tracks.popitem(last=False)
+        return self._tracks[seed].zone_centers.copy()
+
+    def _track_of_env(self) -> _Track:
+        """The zone centers and centerline of the track the game was last reset on."""
+        cfg, centerline = self.cfg, track_centerline(self.env)
+        zone_centers = make_zone_centers(
+            centerline,
+            cfg.distance_between_checkpoints,
+            cfg.n_zone_centers_extrapolate_before_start_of_map,
+            cfg.n_zone_centers_extrapolate_after_end_of_map,
+        )
+        return _Track(zone_centers, centerline)
 
     def _zone_geometry(self, zone_centers) -> ZoneGeometry:
         centers = np.asarray(zone_centers)
@@ -390,8 +408,7 @@ class CarRacingGameInstance(GameInstance):
         (CarRacing's own camera transform, then its vertical flip and rescale; the HUD is below)."""
         env = self.env
         points = np.atleast_2d(np.asarray(points, dtype=np.float64))
-        scale = gym_car_racing.SCALE
-        zoom = 0.1 * scale * max(1 - env.t, 0) + gym_car_racing.ZOOM * scale * min(env.t, 1)
+        zoom = camera_zoom(env.t)
         rotation = -env.car.hull.angle
         rel = points - np.asarray(env.car.hull.position)
         c, s = math.cos(rotation), math.sin(rotation)
@@ -503,7 +520,9 @@ class CarRacingGameInstance(GameInstance):
                 f"zone center {geometry.start_zone_idx} is {geometry.centers[geometry.start_zone_idx]}"
             )
         tracker = ZoneTracker(geometry, self.max_distance_to_zone_center())
-        return _Race(self.cfg, geometry, tracker, env.car.hull, timings, t_start, track_centerline(env))
+        track = self._tracks.get(seed)  # computed by zone_centers_for, unless the cache has let it go since
+        centerline = track.centerline if track is not None else track_centerline(env)
+        return _Race(self.cfg, geometry, tracker, env.car.hull, timings, t_start, centerline)
 
     def _decide(self, race: _Race, exploration_policy, update_network) -> int:
         """One decision at the current state: its floats, the network update when due, the frame, the
@@ -521,13 +540,7 @@ class CarRacingGameInstance(GameInstance):
             t0 = clock()
             update_network()
             timings["update_network"] += clock() - t0
-        t0 = clock()
-        view = self._render()
-        t1 = clock()
-        frame = self._to_frame(view)
-        t2 = clock()
-        timings["render"] += t1 - t0
-        timings["convert_frame"] += t2 - t1
+        frame = self.render_frame(timings)
         t0 = clock()
         decision = exploration_policy(frame, state_float)
         timings["exploration_policy"] += clock() - t0
@@ -596,13 +609,7 @@ class CarRacingGameInstance(GameInstance):
         """The state at the finish: real frame and floats, zone = first past the finish, progress = finish; every
         tile of the lap not touched by then is missed."""
         results, geometry, timings = race.results, race.geometry, race.timings
-        clock = self.clock
-        t0 = clock()
-        view = self._render()
-        t1 = clock()
-        frame = self._to_frame(view)
-        timings["render"] += t1 - t0
-        timings["convert_frame"] += clock() - t1
+        frame = self.render_frame(timings)
         state_float = self.state_float(geometry, geometry.finish_zone_idx, geometry.finish_distance, race.previous_actions)
         results["frames"].append(frame)
         results["state_float"].append(state_float)
