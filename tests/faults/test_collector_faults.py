@@ -16,6 +16,7 @@ import torch
 import torch.multiprocessing as torch_mp
 
 from tests.helpers import SHORT_RACES, write_config
+from tests.rollouts.local.mid_write import kill_mid_write
 from tests.rollouts.local.pool_targets import die_or_deliver, fetch_and_report, fetch_with_a_slow_copy, put_one_large_item_then_idle
 from trackmania_rl.config.live import last_good_path_for
 from trackmania_rl.rollouts.local.pool import CollectorPool, RepeatFilter
@@ -110,9 +111,7 @@ def test_a_collector_killed_mid_send_logs_the_broken_queue_once_however_often_it
     )
     pool.start()
     try:
-        time.sleep(3.0)  # spawned, writing: the pipe is full and the writer waits
-        os.kill(pool.slots[0].process.pid, signal.SIGKILL)
-        pool.slots[0].process.join(10)
+        kill_mid_write(pool, 64 * 1024 * 1024)  # once it is known to be writing, the pipe full and the writer waiting
         for _ in range(215):
             assert pool.get_rollout(timeout_s=0.0) is None
         assert sum("queue is broken" in line for line in logs) == 1

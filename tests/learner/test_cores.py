@@ -52,26 +52,27 @@ def test_update_keeps_the_count_for_the_training_thread_and_the_mean_is_weighted
 
 
 @pytest.mark.parametrize(
-    ("device", "cores", "other_games", "other_sources", "collectors", "learners"),
+    # raised: the ranks' need for a collector each, not the cores, set the count (the log says so)
+    ("device", "cores", "other_games", "other_sources", "collectors", "learners", "raised"),
     [
-        ("cpu", 2, 0, False, 1, 1),  # the 2-core default: one plays, one trains
-        ("cpu", 16, 0, False, 8, 1),
-        ("cpu", 1, 0, False, 1, 1),  # at least one collector when nothing else plays
-        ("cuda", 16, 0, False, 14, 1),  # the learner keeps its training thread's and its intake thread's cores
-        ("cuda", 2, 0, False, 1, 1),
-        ("cuda", 16, 4, True, 10, 1),  # the actors of a `--ray auto` cluster on this machine count against it
-        ("cpu", 2, 2, True, 0, 1),  # another source plays on these cores: no collector needed
-        ("cpu", 2, 0, False, 2, 2),  # --learners 2 on 2 cores: every rank learns from a collector of its own
-        ("cpu", 16, 0, False, 8, 4),  # enough for 4 ranks already
-        ("cpu", 2, 1, True, 1, 2),  # rank 0 has another source: only rank 1 needs a collector
-        ("cpu", 4, 0, False, 4, 4),
+        ("cpu", 2, 0, False, 1, 1, False),  # the 2-core default: one plays, one trains
+        ("cpu", 16, 0, False, 8, 1, False),
+        ("cpu", 1, 0, False, 1, 1, False),  # at least one collector when nothing else plays
+        ("cuda", 16, 0, False, 14, 1, False),  # the learner keeps its training thread's and its intake thread's cores
+        ("cuda", 2, 0, False, 1, 1, False),
+        ("cuda", 16, 4, True, 10, 1, False),  # the actors of a `--ray auto` cluster on this machine count against it
+        ("cpu", 2, 2, True, 0, 1, False),  # another source plays on these cores: no collector needed
+        ("cpu", 2, 0, False, 2, 2, True),  # --learners 2 on 2 cores: every rank learns from a collector of its own
+        ("cpu", 16, 0, False, 8, 4, False),  # enough for 4 ranks already
+        ("cpu", 2, 1, True, 1, 2, True),  # rank 0 has another source: only rank 1 needs a collector
+        ("cpu", 4, 0, False, 4, 4, True),
     ],
 )
-def test_auto_collectors_take_the_cores_the_learner_does_not_need(device, cores, other_games, other_sources, collectors, learners):
+def test_auto_collectors_take_the_cores_the_learner_does_not_need(device, cores, other_games, other_sources, collectors, learners, raised):
     count, why = auto_collectors(torch.device(device), cores, other_games, other_sources, learners)
     assert count == collectors
     assert why.startswith(f"collectors_count auto: {collectors} collector(s) ({cores} cores")
-    assert ("raised to one per rank" in why) == (learners > 1 and collectors > (cores // 2 - other_games))
+    assert ("raised to one per rank" in why) == raised, why
 
 
 def test_a_cuda_learner_shortens_the_interpreter_switch_interval_and_a_cpu_learner_keeps_pythons():

@@ -1,13 +1,11 @@
 """CollectorPool with real spawned processes and real multiprocessing queues."""
 
-import os
-import signal
 import threading
-import time
 
 import pytest
 import torch.multiprocessing as torch_mp
 
+from tests.rollouts.local.mid_write import kill_mid_write
 from tests.rollouts.local.pool_targets import put_one_large_item_then_idle
 from trackmania_rl.rollouts.local.pool import CollectorPool
 
@@ -33,17 +31,8 @@ def pool():
     finishes_within(30, pool.stop)
 
 
-def kill_mid_write(pool):
-    """SIGKILL the collector once its large item is partly in the pipe."""
-    time.sleep(3.0)  # spawn, import, start writing: the first 64 KB fill the pipe and the writer waits
-    process = pool.slots[0].process
-    assert process.is_alive()
-    os.kill(process.pid, signal.SIGKILL)
-    process.join(10)
-
-
 def test_a_collector_killed_in_the_middle_of_a_put_does_not_block_the_reader(pool):
-    kill_mid_write(pool)
+    kill_mid_write(pool, LARGE)
     finished, got = finishes_within(20, lambda: pool.get_rollout(timeout_s=1.0))
     assert finished, "get_rollout blocked on the half-written item of a dead collector"
     assert got is None and any("queue is broken" in line for line in pool.logs)
@@ -56,7 +45,7 @@ def test_a_collector_killed_in_the_middle_of_a_put_does_not_block_the_reader(poo
 
 
 def test_stop_returns_when_a_collector_died_in_the_middle_of_a_put(pool):
-    kill_mid_write(pool)
+    kill_mid_write(pool, LARGE)
     finished, _ = finishes_within(30, pool.stop)
     assert finished, "stop() blocked on the half-written item of a dead collector"
     assert not pool.slots[0].process.is_alive()
