@@ -5,6 +5,7 @@ and print their figures, so that a moved function cannot silently break a comman
 import importlib
 import importlib.util
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,20 @@ def test_the_game_suite_runs_quick_and_gives_the_renderers_figures():
     assert 0 <= figures["game.fast_frame_abs_diff"]["value"] < 5  # measured ~0.2 (0-255 grey levels)
     assert 0.9 <= figures["game.fast_frame_same_action_fraction"]["value"] <= 1
     assert set(figures["game.rollout_share_fast"]["value"]) >= {"physics", "floats", "render", "exploration_policy"}
+    # the regression guard is on what the collector adds beyond the game and the network, in the default (fast) game,
+    # judged on the median of the paired repetitions; the efficiencies with the network are informational
+    guard = figures["game.collector_efficiency_without_network_fast"]
+    assert guard["target"] == ">= 0.85"
+    assert guard["value"] == guard["median_of_paired_ratios"]
+    assert guard["value"] == pytest.approx(statistics.median(guard["per_repetition"]), abs=1e-4)
+    for name in ("game.collector_efficiency", "game.collector_efficiency_fast", "game.collector_efficiency_without_network"):
+        assert "target" not in figures[name]
+    for suffix in ("", "_fast"):
+        decision = figures[f"game.decision_ms_per_action{suffix}"]
+        assert decision["value"] > 0 and 0 < decision["share_of_action"] < 1
+    for name in ("in_rollout_fast", "without_network_fast", "bare_with_network_fast"):
+        slowdown = figures[f"game.game_stages_slowdown_{name}"]
+        assert slowdown["value"] > 0 and set(slowdown["by_stage"]) == {"physics", "render"}
 
 
 @pytest.mark.slow
