@@ -18,8 +18,8 @@ pygame frame (`grey_level`), which averaging commutes with.
 Edges are placed as pygame places them, on average. pygame truncates a vertex to whole window pixels and fills the
 pixels from the first to the last column a scanline touches, both included, and the road's polygons get an
 anti-aliased outline too: a polygon covers a fraction of a window pixel more on every side than its exact shape
-(GROW_ROAD_PX, GROW_CAR_PX). OpenCV fills the canvas pixels whose rounded centres lie within the shape: half a canvas
-pixel more on every side (measured: 0.47). Each polygon is grown or shrunk (`grown`) by the difference. What is left,
+(GROW_ROAD_PX, GROW_CAR_PX). OpenCV fills the canvas pixels whose rounded centres lie within the shape: about half a
+canvas pixel more on every side. Each polygon is grown or shrunk (`grown`) by the difference. What is left,
 and what it does to a trained model's choices, is measured by `python scripts/benchmark.py game` (frame_fidelity.py).
 """
 
@@ -35,12 +35,13 @@ from gymnasium.envs.box2d import car_racing as gym_car_racing
 SUPERSAMPLE = 4  # canvas pixels per frame pixel, each way (2: 2x the grey difference; 6: 0.8x, and slower)
 SHIFT = 4  # fractional bits of the vertices handed to OpenCV: 1/16 of a canvas pixel
 _ONE = 1 << SHIFT
-SMOOTHSCALE_LOSS = 2  # pygame's smoothscale darkens every channel by 2 levels (floored at 0): its fixed-point rounding
-# window pixels pygame's drawing adds around a polygon on average, chosen by measurement on the frames of real races
-# (frame_fidelity.py; mean grey difference on 6 tracks: road 0.5 / 0.75 / 1.0 / 1.25 -> 0.234 / 0.212 / 0.220 / 0.248;
-# car 0 / 0.25 / 0.5 / 0.75 -> 0.209 / 0.208 / 0.212 / 0.224, around the car 1.65 / 1.44 / 1.79 / 2.16). An isolated
-# rectangle, filled with the same calls at window size: gfxdraw's fill and anti-aliased outline (the road) add 0.53,
-# pygame.draw.polygon (the car) 0.50 when axis-aligned, 0.22 at random angles.
+# pygame's smoothscale darkens every channel by 2 levels (0 stays 0): its fixed-point rounding. Measured on uniform
+# surfaces of 18 levels from 0 to 255 (docs/runs/2026-11-28_fast_view_calibration, calibrate.py).
+SMOOTHSCALE_LOSS = 2
+# Window pixels pygame's drawing adds around a polygon on average, chosen by measurement on the frames of real races
+# (the same record: frame_fidelity.py's mean grey difference over the shipped model's races on 6 tracks, and around
+# the car under random controls: road 0.5 / 0.75 / 1.0 / 1.25 -> 0.228 / 0.208 / 0.216 / 0.243; car 0 / 0.25 / 0.5 /
+# 0.75 -> 0.209 / 0.208 / 0.213 / 0.216, around the car 1.65 / 1.44 / 1.79 / 2.17).
 GROW_ROAD_PX = 0.75
 GROW_CAR_PX = 0.25
 
