@@ -172,6 +172,7 @@ class CollectorActor:
         self.acknowledged = 0
         self.races_played = 0
         self.parked = 0  # read-only, for stats(): the game's pause checks in a row that started no race (0: playing)
+        self.waiting_for_sender = False  # read-only, for stats(): a finished race waits for room in the send queue
         self.errors: list[str] = []
         self._poll_once()  # the weights version, the pause flag and the config before the first race
         seed = producer_seed(self.cfg.seed, ACTOR_SEED_BASE + index)  # --seed makes runs independent
@@ -235,7 +236,8 @@ class CollectorActor:
                         self.send_queue.put(envelope, timeout=0.5)
                         break
                     except queue.Full:
-                        continue
+                        self.waiting_for_sender = True
+                self.waiting_for_sender = False
                 self.timings.add("backpressure_wait_ms", 1000 * (time.perf_counter() - wait_start))
                 player.handed_off()
         except Exception:
@@ -297,6 +299,9 @@ class CollectorActor:
             # how many times in a row the game found the pause set and started no race: > 0 only between races (the
             # race played before is counted in races_played, then put or on its way to the sender); 0 while playing
             "parked": self.parked,
+            # the game holds a finished race the full sender has no room for: it plays nothing until the learner
+            # takes a race (backpressure), and its races_played cannot change meanwhile
+            "waiting_for_sender": self.waiting_for_sender,
             "policy_version": self.weights.version,
             "errors": list(self.errors),
             "timings": self.timings.take(),

@@ -60,20 +60,20 @@ def port_open(host: str, port: int) -> bool:
         return False
 
 
-def check_answers(address: str, wait_s: float = 3.0) -> None:
-    """ClusterError naming `address` (HOST:PORT) when nothing there accepts a connection within `wait_s`: ray.init
-    would retry it for a minute or more with a warning a second. Other address forms are left to Ray."""
+def check_answers(address: str, wait_s: float = 3.0, clock=time.monotonic, sleep=time.sleep) -> None:
+    """ClusterError naming `address` (HOST:PORT) when nothing there accepts a connection within `wait_s` by `clock`:
+    ray.init would retry it for a minute or more with a warning a second. Other address forms are left to Ray."""
     host, _, port = address.rpartition(":")
     if "://" in address or not host or not port.isdigit():
         return
-    deadline = time.monotonic() + wait_s
+    deadline = clock() + wait_s
     while not port_open(host.strip("[]"), int(port)):
-        if time.monotonic() >= deadline:
+        if clock() >= deadline:
             raise ClusterError(
                 f"nothing answers at {address}: start the cluster's head there (ray start --head --port {port}) "
                 "or give the address its head printed"
             )
-        time.sleep(0.2)
+        sleep(0.2)
 
 
 def use_token_file(path: Path) -> None:
