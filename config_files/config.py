@@ -23,6 +23,20 @@ W_downsized = 64
 frame_renderer = "fast"
 
 # ---------------------------------------------------------------------------------------------------
+# Games from pixels: the Gymnasium backend (config_files/enduro.py sets these; docs/config.md §2.14). The game is
+# user_config.game_backend's unless a config sets `game_backend`.
+# ---------------------------------------------------------------------------------------------------
+frame_stack = 1  # [restart] frames per state, the network's channels (CarRacing: 1, its motion is in the floats)
+action_set = None  # [restart] None: config_files/inputs_list.py's actions; or names such as "accelerate+left"
+reward_per_game_point = 0.0  # x the game's own reward of each step (CarRacing's rewards: centerline and tiles, below)
+game_reward_clip = None  # the game's reward of a step clipped to +- this first (None: not clipped)
+gymnasium_env_id = None  # [restart] a registered Gymnasium env id, e.g. "ALE/Enduro-v5"
+gymnasium_ms_per_step = 1000 * 4 / 60  # [restart] game time of one env step (ALE v5: 4 frames at 60 Hz)
+gymnasium_action_words = None  # [restart] the env's action-meaning words of (accelerate, brake, left, right)
+gymnasium_actions = None  # [restart] or the env's action number of each action of the action set
+frame_crop = None  # [restart] (top, bottom, left, right) pixels cut from the env's image before resizing
+
+# ---------------------------------------------------------------------------------------------------
 # Float inputs (the layout is declared once in trackmania_rl/games/car_racing/floats.py)
 # ---------------------------------------------------------------------------------------------------
 n_prev_actions_in_inputs = 5  # [restart]

@@ -3,6 +3,7 @@
     python scripts/benchmark.py game|learner|pipeline|absorb|learners|all
     python scripts/benchmark.py ray|http     # the optional sources (pip install -e ".[ray]" / ".[http]"); not in `all`
     python scripts/benchmark.py export       # the policy as ONNX against the acting program (pip install -e ".[onnx]"); not in `all`
+    python scripts/benchmark.py enduro       # Enduro's collector stages and learner step (pip install -e ".[atari]"); not in `all`
     python scripts/benchmark.py learner --device cuda   # the train-step figures on a GPU
     python scripts/benchmark.py absorb --device cuda    # the learner's capacity (races taken, stored, learned) on a GPU
     python scripts/benchmark.py learners                # 2 data-parallel CPU ranks vs 1 (scaling_2, allreduce_ms)
@@ -17,7 +18,7 @@ import json
 from trackmania_rl.device import choose_device
 
 SUITES = ("game", "learner", "pipeline", "absorb", "learners")
-OPTIONAL_SUITES = ("ray", "http", "export")  # each needs its extra installed (export: onnx)
+OPTIONAL_SUITES = ("ray", "http", "export", "enduro")  # each needs its extra installed (export: onnx; enduro: atari)
 SEPARATE_SUITES = ("learners_lr",)  # long (minutes of training): not part of `all`
 
 

@@ -61,8 +61,9 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     paths = policy.paths
-    renderer = policy.cfg.frame_renderer
-    print(f"evaluating {evaluation.describe_source(paths)} on {len(seeds)} seed(s), {args.rules} rules, {renderer} frames", file=sys.stderr)
+    cfg = policy.cfg
+    game_name = f"{cfg.frame_renderer} frames" if cfg.game_backend == "carracing" else f"{cfg.game_backend} {cfg.gymnasium_env_id}"
+    print(f"evaluating {evaluation.describe_source(paths)} on {len(seeds)} seed(s), {args.rules} rules, {game_name}", file=sys.stderr)
 
     game = evaluation.make_eval_game(policy, args.rules) if args.workers == 1 else None
     races = evaluate_seeds(game, policy, seeds) if game is not None else evaluation.evaluate_in_processes(args, seeds, args.workers)
@@ -85,7 +86,8 @@ def main(argv=None) -> int:
     summary.update(
         weights=str(paths.weights),
         config=str(paths.config),
-        frame_renderer=renderer,
+        frame_renderer=cfg.frame_renderer,
+        game=cfg.game_backend,
         # the training rules' overall cut-off; the native rules have none but the game's time limit
         max_race_seconds=policy.cfg.cutoff_rollout_if_race_not_finished_within_duration_ms / 1000 if args.rules == "training" else None,
     )

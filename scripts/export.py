@@ -4,14 +4,14 @@
     python scripts/export.py --run save/carracing_default --onnx out/policy.onnx --policy-version 412
     python scripts/export.py --weights w.torch --config my_config.py --onnx policy.onnx
 
-Writes OUT.onnx and its sidecar OUT.json. The model: inputs `frame` (uint8, [batch, 1, H, W]) and
-`state_float` (float32, [batch, D], the raw floats: normalised inside), output `q_values` (float32,
-[batch, n_actions]): the mean Q over the config's iqn_k fixed midpoint quantile fractions, whose argmax
-(the lowest index on ties) is the action a collector takes when greedy. The sidecar says what a client
-needs: those names and shapes, the action set, the frame's preprocessing, the float layout by name, the
-quantile fractions, the policy version (--policy-version; null when not given). The export is then
-checked: ONNX Runtime and the collectors' acting program decide on random states, and the largest Q
-difference is printed (one JSON line).
+Writes OUT.onnx and its sidecar OUT.json. The model: inputs `frame` (uint8, [batch, C, H, W]: the last
+C = frame_stack grey frames, oldest first; C = 1 for CarRacing) and `state_float` (float32, [batch, D],
+the raw floats: normalised inside), output `q_values` (float32, [batch, n_actions]): the mean Q over the
+config's iqn_k fixed midpoint quantile fractions, whose argmax (the lowest index on ties) is the action a
+collector takes when greedy. The sidecar says what a client needs: those names and shapes, the action set,
+the frame's stack and preprocessing, the float layout by name, the quantile fractions, the policy version
+(--policy-version; null when not given). The export is then checked: ONNX Runtime and the collectors'
+acting program decide on random states, and the largest Q difference is printed (one JSON line).
 
 Weights and config are found as for evaluate.py (--config FILE, else the settings.json beside the weights,
 else config_files/config.py). Needs the optional extra: pip install -e ".[onnx]". Bad arguments (a missing
@@ -59,8 +59,7 @@ def check_export(policy, model: bytes, rng: np.random.Generator) -> dict:
     """ONNX Runtime against the acting program (`policy`, a GreedyPolicy) on random states."""
     from trackmania_rl.agents.onnx_export import OnnxPolicy
 
-    _, height, width = policy.network.image_shape
-    frames = rng.integers(0, 256, (CHECK_STATES, 1, height, width), dtype=np.uint8)
+    frames = rng.integers(0, 256, (CHECK_STATES, *policy.network.image_shape), dtype=np.uint8)  # (C, H, W): C stacked frames
     floats = (policy.layout.mean + policy.layout.std * rng.standard_normal((CHECK_STATES, policy.layout.dim))).astype(np.float32)
     onnx_q = OnnxPolicy(model)(frames, floats)
     torch_q = np.stack([policy(frames[i], floats[i])[3] for i in range(CHECK_STATES)])
@@ -98,7 +97,7 @@ def main(argv=None) -> int:
     if check["check_max_abs_q_diff"] > CHECK_TOLERANCE:
         print(f"error: the exported model disagrees with the acting program ({check}); nothing written", file=sys.stderr)
         return 1
-    sidecar = onnx_export.policy_sidecar(policy.cfg, policy.layout, evaluation.GAME_BACKEND, model, args.policy_version)
+    sidecar = onnx_export.policy_sidecar(policy.cfg, policy.layout, policy.cfg.game_backend, model, args.policy_version)
     sidecar_path = onnx_export.write_policy_files(model, sidecar, onnx_path)
     print(json.dumps({"onnx": str(onnx_path), "sidecar": str(sidecar_path), "model_bytes": len(model), **check}), flush=True)
     return 0

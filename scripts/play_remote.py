@@ -26,6 +26,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True, help="the learner's endpoint, e.g. http://127.0.0.1:8642")
     parser.add_argument("--token-file", required=True, help="the run's save/<run>/http_token (or a copy of it)")
+    parser.add_argument(
+        "--game", default="carracing", choices=("carracing", "gymnasium"), help="the game this machine plays: the run's (default carracing)"
+    )
     parser.add_argument("--games", type=int, default=1, help="game processes, each a client of its own (default 1)")
     parser.add_argument("--name", default=f"play_remote@{socket.gethostname()}", help="the client's name in the learner's logs")
     parser.add_argument("--max-races", type=int, default=None, help="stop after this many races per game (default: until stopped)")
@@ -58,7 +61,7 @@ def game_main(index: int, games: int, args, results) -> None:
         print(f"[play_remote {index}] {message}", flush=True)
 
     name = args.name if games == 1 else f"{args.name}/{index}"
-    client = RemoteClient(args.server, read_token(args.token_file), name, index, games, log)
+    client = RemoteClient(args.server, read_token(args.token_file), name, index, games, log, game=args.game)
     try:
         counts = client.run(args.max_races, stop)
     except KeyboardInterrupt:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tests.helpers import layout_for, tiny_config
+from trackmania_rl.config.loader import frame_shape
 
 
 @pytest.fixture(scope="module")
@@ -18,13 +19,13 @@ def layout(cfg):
 
 def _random_states(cfg, layout, batch, seed=0):
     g = torch.Generator().manual_seed(seed)
-    img = torch.randint(0, 256, (batch, 1, cfg.H_downsized, cfg.W_downsized), dtype=torch.uint8, generator=g)
+    img = torch.randint(0, 256, (batch, *frame_shape(cfg)), dtype=torch.uint8, generator=g)
     floats = torch.randn(batch, layout.dim, generator=g) * torch.from_numpy(layout.std) + torch.from_numpy(layout.mean)
     return img, floats
 
 
 @pytest.fixture
 def random_states():
-    """`random_states(cfg, layout, batch, seed=0)` -> (frames uint8 (B, 1, H, W), floats (B, D) around the
+    """`random_states(cfg, layout, batch, seed=0)` -> (frames uint8 (B, C, H, W), floats (B, D) around the
     layout's mean, spread by its std)."""
     return _random_states

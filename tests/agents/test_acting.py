@@ -73,6 +73,9 @@ ACTING_ARCHITECTURES = [
     dict(H_downsized=24, W_downsized=20, conv_layers=[(8, 4, 2), (8, 3, 1), (4, 3, 2)], float_hidden_dim=8, iqn_k=6),
     # IMPALA's residual encoder: its features through torch, the rest of the program folded as for the others
     dict(network_encoder="impala", H_downsized=20, W_downsized=24, conv_layers=[(4, 1, 1), (6, 1, 1)], iqn_k=4),
+    # stacked frames as channels (a game that gives only pixels: games/gymnasium), both encoders
+    dict(frame_stack=4, H_downsized=21, W_downsized=18, conv_layers=[(8, 4, 2), (6, 3, 2)], iqn_k=4),
+    dict(frame_stack=3, network_encoder="impala", H_downsized=12, W_downsized=10, conv_layers=[(4, 1, 1)], iqn_k=4),
 ]
 
 

@@ -18,7 +18,7 @@ benchmark_script = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(benchmark_script)
 
 # an optional suite's extra: the package it needs, and the test marker of the pass that installs it
-EXTRAS = {"ray": ("ray", "ray"), "http": ("fastapi", "http"), "export": ("onnxruntime", "onnx")}
+EXTRAS = {"ray": ("ray", "ray"), "http": ("fastapi", "http"), "export": ("onnxruntime", "onnx"), "enduro": ("ale_py", "atari")}
 ALL_SUITES = benchmark_script.SUITES + benchmark_script.OPTIONAL_SUITES + benchmark_script.SEPARATE_SUITES
 
 
@@ -86,3 +86,15 @@ def test_the_export_suite_runs_quick():
     pytest.importorskip("onnxscript")
     figures = run_quick("export")
     assert any(f["figure"].startswith("export.") for f in figures)
+
+
+@pytest.mark.slow
+@pytest.mark.atari
+def test_the_enduro_suite_runs_quick():
+    pytest.importorskip("ale_py")
+    figures = {f["figure"]: f for f in run_quick("enduro")}
+    stages = figures["enduro.collector_us_per_action"]["value"]
+    assert {"env_step", "frame", "exploration_policy"} <= set(stages) and all(v >= 0 for v in stages.values())
+    assert figures["enduro.collector_actions_per_s"]["value"] > 0 and figures["enduro.learner_batches_per_s"]["value"] > 0
+    step_ms = figures[f"enduro.train_step_ms_{figures['enduro.learner_batches_per_s']['dtype']}"]["value"]
+    assert figures["enduro.learner_batches_per_s"]["value"] == pytest.approx(1000 / step_ms, rel=0.02)

@@ -78,12 +78,18 @@ def test_ms_per_action_comes_from_the_backends_physics_step(cfg):
     from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP
     from trackmania_rl.config.loader import build_config
 
-    values = cfg.settings()
+    values = {name: value for name, value in cfg.settings().items() if name != "game_backend"}  # a file that names no game
     for backend, ms in (("carracing", 20), ("trackmania", 10)):
         assert MS_PER_PHYSICS_STEP[backend] == ms
         built = build_config(values, game_backend=backend, inputs=cfg.inputs_file())
         assert built.game_backend == backend and built.ms_per_action == values["physics_steps_per_action"] * ms
-    with pytest.raises(ConfigError, match=r"unknown game backend 'pong'; expected one of \['carracing', 'trackmania'\]"):
+        # a file that names its game is built for it, whatever user_config says
+        named = build_config({**values, "game_backend": "trackmania"}, game_backend=backend, inputs=cfg.inputs_file())
+        assert named.game_backend == "trackmania" and named.ms_per_action == values["physics_steps_per_action"] * 10
+    # a Gymnasium env's step takes the time the config says (ALE: 4 frames at 60 Hz)
+    gym = build_config({**values, "game_backend": "gymnasium", "gymnasium_env_id": "ALE/Enduro-v5"}, inputs=cfg.inputs_file())
+    assert gym.ms_per_action == pytest.approx(values["physics_steps_per_action"] * 4000 / 60)
+    with pytest.raises(ConfigError, match=r"unknown game backend 'pong'; expected one of \['carracing', 'gymnasium', 'trackmania'\]"):
         build_config(values, game_backend="pong", inputs=cfg.inputs_file())
 
 

@@ -18,7 +18,7 @@ from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 def test_unknown_backend_is_refused_with_the_known_names():
     with pytest.raises(ValueError) as error:
         game_backend("pong")
-    assert str(error.value) == "user_config.game_backend = 'pong': unknown game backend; expected 'carracing' or 'trackmania'"
+    assert str(error.value) == "user_config.game_backend = 'pong': unknown game backend; expected 'carracing', 'gymnasium' or 'trackmania'"
 
 
 def test_trackmania_is_known_but_not_implemented():
@@ -34,11 +34,13 @@ def test_trackmania_is_known_but_not_implemented():
 def test_carracing_backend_values(cfg):
     backend = game_backend("carracing")
     assert isinstance(backend, GameBackend) and backend is game_backend(DEFAULT_GAME_BACKEND)
-    assert backend.name == "carracing" and backend.ms_per_physics_step == MS_PER_PHYSICS_STEP["carracing"] == 20
-    assert cfg.ms_per_action == cfg.physics_steps_per_action * backend.ms_per_physics_step
+    assert backend.name == "carracing" and MS_PER_PHYSICS_STEP["carracing"] == 20
+    assert cfg.ms_per_action == cfg.physics_steps_per_action * MS_PER_PHYSICS_STEP["carracing"]
     # gymnasium's "rgb_array" render size, kept as a constant so that describing the backend needs no gymnasium
-    assert backend.full_view_size == (gym_car_racing.VIDEO_W, gym_car_racing.VIDEO_H) == (600, 400)
-    assert backend.full_view_aspect == 1.5
+    assert backend.full_view_size(cfg) == (gym_car_racing.VIDEO_W, gym_car_racing.VIDEO_H) == (600, 400)
+    assert backend.full_view_aspect(cfg) == 1.5
+    # a game along a centerline: its races carry the zones and the road tiles, which the wire requires of its clients
+    assert {"current_zone_idx", "meters_advanced_along_centerline", "furthest_zone_idx", "road_tiles_touched"} <= set(backend.race_keys)
     layout = backend.make_float_layout(cfg)
     assert layout.names() == list(car_floats.SEGMENT_NAMES) and float_layout_for(cfg).names() == layout.names()
     state_float = np.zeros((3, layout.dim), np.float32)
@@ -61,7 +63,7 @@ def test_carracing_game_instance_and_its_full_view(cfg):
             return 0, True, 0.0, np.zeros(len(cfg.inputs), np.float32)
 
         results, _ = game.rollout(policy, spec, game.zone_centers_for(spec), lambda: None)
-        width, height = backend.full_view_size
+        width, height = backend.full_view_size(cfg)
         assert len(views) == len(results["actions"]) > 0
         assert all(v.shape == (height, width, 3) and v.dtype == np.uint8 for v in views)
         # the views leave the race as it is

@@ -92,7 +92,7 @@ def test_envelope_parts_are_named_when_wrong(envelope, fragment):
 @pytest.mark.parametrize(
     "change, fragment",
     [
-        (lambda r: r.pop("furthest_zone_idx"), "lacks key `furthest_zone_idx`"),
+        (lambda r: r.pop("furthest_zone_idx"), "`furthest_zone_idx` and the per-state centerline keys come together"),
         (lambda r: r.__setitem__("furthest_zone_idx", -1), "`furthest_zone_idx` must be an integer >= 0"),
         (lambda r: r.__setitem__("actions", np.zeros(7, np.int64)), "`actions` must be a list"),
         (lambda r: r.__setitem__("race_time", 12.5), "`race_time` must be a positive integer"),

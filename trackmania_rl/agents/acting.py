@@ -94,7 +94,7 @@ class InferenceNetwork:
 class MeanQAtFixedTaus:
     """A collector's acting computation on the CPU: `q(frame, state_float) -> np.ndarray (A,)`, the network's
     Q values averaged over the fixed quantile fractions `taus` (1, N), i.e. the mean over quantiles of
-    `IQNNetwork.forward(img, floats, N, taus)`, for one state (frame (1, H, W) or (H, W), floats (D,)).
+    `IQNNetwork.forward(img, floats, N, taus)`, for one state (frame (C, H, W), or (H, W) when C = 1, floats (D,)).
 
     Why not forward: acting at batch 1 right after a render, the CPU caches hold neither the code nor the
     weights, and every operation pays for that (a lone small torch add: ~3 us warm, ~80 us after a
@@ -136,9 +136,10 @@ class MeanQAtFixedTaus:
     def _build(self) -> None:
         """Allocate every buffer and weight matrix once, with the strided views that connect them."""
         m = self.network.module
-        _, height, width = m.image_shape
-        channels = 1
-        self._frame_shape = (height, width)
+        channels, height, width = m.image_shape
+        self._frame_shape = (channels, height, width)
+        # the folded convolutions read the frame channels-last: a stack of frames is transposed into this first
+        self._channels_last = np.empty((height, width, channels), np.uint8) if channels > 1 else None
         self._convs = []
         for conv in m.convolutions if self._folded else ():
             (kh, kw), (sh, sw) = conv.kernel_size, conv.stride
@@ -167,7 +168,7 @@ class MeanQAtFixedTaus:
             self._conv_features = self._features[:conv_dim].reshape(channels, height * width).T  # forward's channels-first
         else:
             self._conv_features = self._features[:conv_dim]
-            self._frame = torch.empty((1, 1, *self._frame_shape), dtype=torch.float32)
+            self._frame = torch.empty((1, *self._frame_shape), dtype=torch.float32)
         self._float_features = self._features[None, conv_dim:]
         n_quantiles = self.taus.shape[1]
         a_hidden, a_out = m.advantage_hidden_layer, m.advantage_output_layer
@@ -213,10 +214,14 @@ class MeanQAtFixedTaus:
     def __call__(self, frame: np.ndarray, state_float: np.ndarray) -> np.ndarray:
         self.prepare()
         frame = np.ascontiguousarray(frame)
-        if frame.shape[-2:] != self._frame_shape or frame.size != frame.shape[-1] * frame.shape[-2]:
-            raise ValueError(f"expected a frame of shape (1, {self._frame_shape[0]}, {self._frame_shape[1]}), got {frame.shape}")
+        channels, height, width = self._frame_shape
+        if frame.shape[-2:] != (height, width) or frame.size != channels * height * width:
+            raise ValueError(f"expected a frame of shape {self._frame_shape}, got {frame.shape}")
         if self._folded:
             first, *others = self._convs
+            if self._channels_last is not None:
+                np.copyto(self._channels_last, frame.reshape(self._frame_shape).transpose(1, 2, 0))
+                frame = self._channels_last
             np.copyto(first.patches, _strided(frame, first.patches.shape, self._frame_patch_strides))  # to float32
             first.run(activation_into=first.out)
             for layer in others:

@@ -59,7 +59,7 @@ class Inferer:
             self._mean_q.prepare()
 
     def infer_network(self, frame: np.ndarray, state_float: np.ndarray, taus: torch.Tensor | None = None) -> np.ndarray:
-        """Quantile values (K, A) for one state (frame uint8 (1, H, W), floats (D,))."""
+        """Quantile values (K, A) for one state (frame uint8 (C, H, W), floats (D,))."""
         img = torch.from_numpy(np.ascontiguousarray(frame)).unsqueeze(0).to(self.device)
         floats = torch.from_numpy(np.ascontiguousarray(state_float, dtype=np.float32)).unsqueeze(0).to(self.device)
         taus = self.taus if taus is None else taus.to(self.device)

@@ -1,6 +1,6 @@
 """IQN agent (Dabney et al. 2018) with Linesight's architecture, on any device (DESIGN §3.6).
 
-- `IQNNetwork(cfg, layout, n_actions)`: conv head on the uint8 frame (mapped to [-1, 1) inside the network:
+- `IQNNetwork(cfg, layout, n_actions)`: conv head on the uint8 frames (C = frame_stack channels, mapped to [-1, 1) inside the network:
   (x - 128) / 128): Linesight's plain convolutions (`network_encoder = "linesight"`, `conv_layers`) or an IMPALA-style
   residual encoder (`"impala"`, `ImpalaEncoder`), float MLP on the float vector normalised by the layout's mean/std (registered buffers,
   so they are saved with the weights), cosine quantile embedding cos(pi i tau), i = 1..E, Hadamard product
@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.config.schema import NETWORK_ENCODERS
 from trackmania_rl.games.float_layout import FloatLayout
 from trackmania_rl.serialization import atomic_torch_save, safe_torch_load, torch_load_failure
@@ -88,13 +89,13 @@ class IQNNetwork(nn.Module):
         self.n_actions = int(n_actions)
         self.float_dim = int(layout.dim)
         self.embedding_dim = int(cfg.iqn_embedding_dimension)
-        self.image_shape = image_shape = (1, int(cfg.H_downsized), int(cfg.W_downsized))
+        self.image_shape = image_shape = frame_shape(cfg)
         self.encoder = str(cfg.network_encoder)
         if self.encoder == "impala":  # one stage per conv layer, with its channels (its kernel and stride unused)
-            self.img_head = ImpalaEncoder([int(out_channels) for out_channels, _, _ in cfg.conv_layers])
+            self.img_head = ImpalaEncoder([int(out_channels) for out_channels, _, _ in cfg.conv_layers], in_channels=image_shape[0])
         elif self.encoder == "linesight":
             layers: list[nn.Module] = []
-            channels = 1
+            channels = image_shape[0]  # the stacked frames
             for out_channels, kernel, stride in cfg.conv_layers:
                 layers += [nn.Conv2d(channels, out_channels, kernel, stride), nn.LeakyReLU(LEAKY_SLOPE)]
                 channels = out_channels

@@ -2,7 +2,7 @@
 
 ONNX Runtime runs the exported file from C, C++, C#, Java, JavaScript or Python (docs/http-api.md, "Writing a
 client"). What is exported is a collector's greedy decision, not the training network:
-- inputs `frame` (uint8, (batch, 1, H, W): the grey frame as the game gives it) and `state_float` (float32,
+- inputs `frame` (uint8, (batch, C, H, W): the last C = frame_stack grey frames, oldest first) and `state_float` (float32,
   (batch, D): the raw float inputs in the layout's order); both normalisations are inside the model;
 - output `q_values` (float32, (batch, n_actions)): the mean over `iqn_k` quantiles at the fixed midpoint
   fractions (agents/exploration.py `midpoint_taus`), which is what a collector's acting program computes
@@ -40,6 +40,7 @@ from torch import nn
 
 from trackmania_rl.agents.exploration import midpoint_taus
 from trackmania_rl.agents.iqn import IQNNetwork, strip_compile_prefix
+from trackmania_rl.config.loader import frame_shape as config_frame_shape
 from trackmania_rl.serialization import atomic_write_bytes
 
 SIDECAR_FORMAT = "trackmania_rl.onnx_policy"
@@ -75,7 +76,7 @@ def require(names=EXTRA_PACKAGES) -> None:
 
 
 class ActingNetwork(nn.Module):
-    """(frame uint8 (B, 1, H, W), state_float float32 (B, D)) -> Q (B, A): the mean of `network`'s quantile
+    """(frame uint8 (B, C, H, W), state_float float32 (B, D)) -> Q (B, A): the mean of `network`'s quantile
     values at the fixed fractions `taus` (1, N), i.e. a collector's greedy decision before its argmax."""
 
     def __init__(self, network: IQNNetwork, taus: torch.Tensor):
@@ -111,8 +112,8 @@ def export_acting_network(network: IQNNetwork, n_quantiles: int) -> bytes:
 
     source = _cpu_copy(network)  # the caller's network (maybe on a GPU, maybe training) is left alone
     module = ActingNetwork(source, midpoint_taus(n_quantiles)).eval()
-    _, height, width = source.image_shape
-    example = (torch.zeros(2, 1, height, width, dtype=torch.uint8), torch.zeros(2, source.float_dim, dtype=torch.float32))
+    channels, height, width = source.image_shape
+    example = (torch.zeros(2, channels, height, width, dtype=torch.uint8), torch.zeros(2, source.float_dim, dtype=torch.float32))
     batch = torch.export.Dim(BATCH_AXIS, min=1)
     with _quiet_exporter(), torch.no_grad():
         program = torch.onnx.export(
@@ -196,7 +197,7 @@ def policy_sidecar(cfg, layout, game_backend: str, model: bytes, policy_version:
     from trackmania_rl.games.backend import game_backend as describe_backend
 
     backend = describe_backend(game_backend)
-    frame_shape = [1, int(cfg.H_downsized), int(cfg.W_downsized)]
+    frame_shape = list(config_frame_shape(cfg))
     n_actions = len(cfg.inputs)
     taus = midpoint_taus(int(cfg.iqn_k))[0].tolist()
     return {
@@ -219,9 +220,10 @@ def policy_sidecar(cfg, layout, game_backend: str, model: bytes, policy_version:
         "quantile_fractions": [round(t, 9) for t in taus],
         "actions": [dict(action) for action in cfg.inputs],
         "n_actions": n_actions,
-        "ms_per_action": int(cfg.ms_per_action),
+        "ms_per_action": int(cfg.ms_per_action) if float(cfg.ms_per_action).is_integer() else round(float(cfg.ms_per_action), 6),
         "frame": {
             "shape": frame_shape,
+            "stack": frame_shape[0],  # the last `stack` frames as channels, oldest first (a race starts with its first frame repeated)
             "dtype": "uint8",
             "renderer": cfg.frame_renderer,
             "preprocessing": backend.frame_preprocessing(cfg),
@@ -252,7 +254,7 @@ def write_policy_files(model: bytes, sidecar: dict, onnx_path: str | Path) -> Pa
 # Running it
 # --------------------------------------------------------------------------------------------------
 class OnnxPolicy:
-    """ONNX Runtime (CPU) on an exported model: `policy(frames (B, 1, H, W) uint8, floats (B, D)) -> Q (B, A)`.
+    """ONNX Runtime (CPU) on an exported model: `policy(frames (B, C, H, W) uint8, floats (B, D)) -> Q (B, A)`.
     `threads`: its intra-op threads (1: as a collector acts)."""
 
     def __init__(self, model: bytes, threads: int = 1):

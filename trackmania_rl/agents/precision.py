@@ -18,6 +18,7 @@ import torch
 
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.training import Trainer, make_optimizer
+from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.deferred_signals import DeferredSignals
 from trackmania_rl.device import wait_for_device
 
@@ -43,7 +44,7 @@ def random_batch(cfg, layout, n_actions: int, device: torch.device, batch_size: 
     """A replay batch of the shapes and dtypes the buffers give (replay/mini_race.py), with random content."""
     b = int(batch_size or cfg.batch_size)
     g = torch.Generator().manual_seed(0)
-    frames = (b, 1, int(cfg.H_downsized), int(cfg.W_downsized))
+    frames = (b, *frame_shape(cfg))
     mean, std = torch.as_tensor(layout.mean, dtype=torch.float32), torch.as_tensor(layout.std, dtype=torch.float32)
     batch = {
         "state_img": torch.randint(0, 256, frames, generator=g, dtype=torch.uint8),

@@ -41,7 +41,7 @@ from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, default_config_copy, local_actions_per_s, source_actions_per_s
 from trackmania_rl.benchmarks.recorded_races import record_races
 from trackmania_rl.config.live import LiveConfig
-from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT
+from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, frame_shape
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.sources import SourceContext
 from trackmania_rl.rollouts.http import wire
@@ -264,7 +264,7 @@ def load_test(workdir: Path, clients: int = 8, seconds: float = 120.0, log=print
     races = _record_races(config_path, 3)
     cfg_live = LiveConfig(config_path, game_backend=GAME_BACKEND, log=lambda m: None)
     layout = float_layout_for(cfg_live.current)
-    fields = wire.race_fields((1, cfg_live.current.H_downsized, cfg_live.current.W_downsized), layout.dim, len(cfg_live.current.inputs))
+    fields = wire.race_fields(frame_shape(cfg_live.current), layout.dim, len(cfg_live.current.inputs))
     bodies = [wire.unpack(wire.encode_race("x", 0, r, s, m, fields), max_bin_len=1 << 30) for r, s, m in races]
     races_path = workdir / "races.msgpack"
     races_path.write_bytes(wire.pack(bodies))

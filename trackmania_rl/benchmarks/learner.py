@@ -53,7 +53,7 @@ from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.agents.precision import MIN_SPEEDUP
 from trackmania_rl.agents.step_results import STEPS_LEFT_IN_FLIGHT, StepsInFlight
 from trackmania_rl.agents.training import TAU_KEYS, Trainer, make_optimizer
-from trackmania_rl.config.loader import default_config
+from trackmania_rl.config.loader import default_config, frame_shape
 from trackmania_rl.device import choose_device, cpu_model, wait_for_device
 from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
@@ -77,7 +77,7 @@ def synthetic_rollout(cfg, layout, rng: np.random.Generator, n_states: int = ROL
     n_actions = len(cfg.inputs)
     floats = rng.normal(size=(n_states, layout.dim)).astype(np.float32) * layout.std + layout.mean
     floats[:, layout.slice(MINI_RACE_CLOCK)] = 0.0
-    frames = rng.integers(0, 256, size=(n_states, 1, cfg.H_downsized, cfg.W_downsized), dtype=np.uint8)
+    frames = rng.integers(0, 256, size=(n_states, *frame_shape(cfg)), dtype=np.uint8)
     return {
         "frames": list(frames),
         "state_float": list(floats),
@@ -360,7 +360,7 @@ def run(args):
     sample_reps, train_reps, inference_reps = (80, 4, 100) if quick else (300, 15, 500)
     common = {
         "batch_size": BATCH_SIZE,
-        "frame": [1, cfg.H_downsized, cfg.W_downsized],
+        "frame": list(frame_shape(cfg)),
         "float_dim": layout.dim,
         "threads": torch.get_num_threads(),
     }
@@ -462,7 +462,7 @@ def run(args):
 
     # inference, batch 1, warm: a collector's decision (the acting program) and the TorchScript forward it
     # replaces (quantiles at the same fractions, then their mean), alternated
-    frame = rng.integers(0, 256, size=(1, cfg.H_downsized, cfg.W_downsized), dtype=np.uint8)
+    frame = rng.integers(0, 256, size=frame_shape(cfg), dtype=np.uint8)
     floats = layout.mean.copy()
     collector_net = make_inference_network(cfg, layout, n_actions, jit=True)
     collector_net.load_state_dict_from(steppers[""].online)

@@ -11,14 +11,14 @@ import runpy
 import types
 from pathlib import Path
 
-from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP
-from trackmania_rl.config.schema import ADDED_LATER, RETIRED, SETTINGS, ConfigError
+from trackmania_rl.config.game_backends import GYMNASIUM, MS_PER_PHYSICS_STEP
+from trackmania_rl.config.schema import ADDED_LATER, RETIRED, SETTINGS, ConfigError, parse_action_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "config_files"
 
 
-DERIVED = ("ms_per_action", "temporal_mini_race_duration_actions", "game_backend", "inputs", "input_settings")
+DERIVED = ("ms_per_action", "temporal_mini_race_duration_actions", "inputs", "input_settings")
 
 
 class Config(types.SimpleNamespace):
@@ -28,7 +28,7 @@ class Config(types.SimpleNamespace):
         """A validated copy with some settings changed (derived values are recomputed)."""
         values = {k: v for k, v in vars(self).items() if k not in DERIVED}
         values.update(changes)
-        return build_config(values, game_backend=self.game_backend, inputs=self.inputs_file(), source="replace()")
+        return build_config(values, inputs=self.inputs_file(), source="replace()")
 
     def inputs_file(self) -> dict:
         """The contents of the inputs file this config was built with."""
@@ -36,6 +36,11 @@ class Config(types.SimpleNamespace):
 
     def settings(self) -> dict:
         return {k: v for k, v in vars(self).items() if k not in DERIVED}
+
+
+def frame_shape(cfg) -> tuple[int, int, int]:
+    """The network's frame of one state under `cfg`: (frame_stack, H_downsized, W_downsized), the oldest frame first."""
+    return (int(cfg.frame_stack), int(cfg.H_downsized), int(cfg.W_downsized))
 
 
 def read_python_file(path: Path) -> dict:
@@ -66,9 +71,10 @@ def load_inputs(path: Path | None = None) -> dict:
 
 
 def build_config(values: dict, game_backend: str = "carracing", inputs: dict | None = None, source: str = "config") -> Config:
-    if game_backend not in MS_PER_PHYSICS_STEP:
+    """`game_backend`: the game when the values do not name one (their `game_backend` setting wins)."""
+    if "game_backend" not in values and game_backend not in MS_PER_PHYSICS_STEP:
         raise ConfigError(f"user_config.game_backend: unknown game backend {game_backend!r}; expected one of {sorted(MS_PER_PHYSICS_STEP)}")
-    values = {**{k: v for k, v in ADDED_LATER.items() if k not in values}, **values}
+    values = {**{k: v for k, v in ADDED_LATER.items() if k not in values}, "game_backend": game_backend, **values}
     for name, (value, reason) in RETIRED.items():
         if name in values and values.pop(name) != value:
             raise ConfigError(f"{source}: setting `{name}` was removed: {reason}")
@@ -81,8 +87,10 @@ def build_config(values: dict, game_backend: str = "carracing", inputs: dict | N
     unknown = sorted(set(values) - set(SETTINGS))
     if unknown:
         raise ConfigError(f"{source}: unknown setting(s) {', '.join(unknown)} (a typo?)")
-    ms_per_action = values["physics_steps_per_action"] * MS_PER_PHYSICS_STEP[game_backend]
-    horizon = values["temporal_mini_race_duration_ms"] // ms_per_action
+    game_backend = values["game_backend"]
+    ms_per_step = values["gymnasium_ms_per_step"] if game_backend == GYMNASIUM else MS_PER_PHYSICS_STEP[game_backend]
+    ms_per_action = values["physics_steps_per_action"] * ms_per_step
+    horizon = int(values["temporal_mini_race_duration_ms"] // ms_per_action)
     if horizon < 1:
         raise ConfigError(f"{source}: setting `temporal_mini_race_duration_ms` is shorter than one action ({ms_per_action} ms)")
     if values["n_steps"] > horizon:
@@ -115,19 +123,28 @@ def build_config(values: dict, game_backend: str = "carracing", inputs: dict | N
             f"{source}: setting `held_out_seeds` holds tracks the map_cycle trains on ({overlap[:5]}...): "
             "model selection must use tracks the learner never stores"
         )
+    if game_backend == GYMNASIUM and values["gymnasium_env_id"] is None:
+        raise ConfigError(f"{source}: setting `gymnasium_env_id` must name the env to play when game_backend is {GYMNASIUM!r}")
     inputs_file = dict(inputs if inputs is not None else load_inputs())
+    if values["action_set"] is not None:  # the config's own action set replaces the inputs file's
+        inputs_file["inputs"] = [parse_action_name(name) for name in values["action_set"]]
+    if values["gymnasium_actions"] is not None and len(values["gymnasium_actions"]) != len(inputs_file["inputs"]):
+        raise ConfigError(
+            f"{source}: setting `gymnasium_actions` has {len(values['gymnasium_actions'])} entries for an action set of "
+            f"{len(inputs_file['inputs'])}: give one env action per action"
+        )
     return Config(
         **values,
         ms_per_action=ms_per_action,
         temporal_mini_race_duration_actions=horizon,
-        game_backend=game_backend,
         inputs=inputs_file.pop("inputs"),
         input_settings=inputs_file,
     )
 
 
 def load_config(path: str | Path | None = None, game_backend: str | None = None, inputs_path: str | Path | None = None) -> Config:
-    """Read and validate a config file (default: config_files/config.py). Raises ConfigError."""
+    """Read and validate a config file (default: config_files/config.py). Raises ConfigError. `game_backend`: the game
+    when the file does not set `game_backend` (default: user_config's)."""
     path = Path(path) if path else CONFIG_DIR / "config.py"
     if game_backend is None:
         game_backend = load_user_config().game_backend

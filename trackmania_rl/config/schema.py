@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from trackmania_rl.config.game_backends import FRAME_RENDERERS, RACE_RULES
+from trackmania_rl.config.game_backends import FRAME_RENDERERS, GAME_BACKENDS, RACE_RULES
 
 
 class ConfigError(ValueError):
@@ -64,6 +64,46 @@ def _held_out_seeds(v):
 
 def _minutes_list(v):
     return isinstance(v, (list, tuple)) and all(_positive_number(m) for m in v) and list(v) == sorted(set(v))
+
+
+ACTION_FLAGS = ("accelerate", "brake", "left", "right")
+COAST = "coast"  # the action name of no flag pressed
+MAX_FRAME_STACK = 16
+
+
+def parse_action_name(name) -> dict | None:
+    """An action set entry ("coast", or flags joined by "+", e.g. "accelerate+left") as its four flags; None if it is
+    not one."""
+    if not isinstance(name, str):
+        return None
+    flags = [] if name == COAST else name.split("+")
+    if len(set(flags)) != len(flags) or not set(flags) <= set(ACTION_FLAGS):
+        return None
+    return {flag: flag in flags for flag in ACTION_FLAGS}
+
+
+def _action_set(v):
+    if v is None:
+        return True
+    if not isinstance(v, (list, tuple)) or not v or not all(parse_action_name(a) is not None for a in v):
+        return False
+    return len({tuple(parse_action_name(a).values()) for a in v}) == len(v)  # no action twice
+
+
+def _optional_int_list(v):
+    return v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(_non_negative_int(x) for x in v))
+
+
+def _action_words(v):
+    return v is None or (isinstance(v, (list, tuple)) and len(v) == 4 and all(isinstance(w, str) and w.isalpha() for w in v))
+
+
+def _frame_crop(v):
+    return v is None or (isinstance(v, (list, tuple)) and len(v) == 4 and all(_non_negative_int(x) for x in v))
+
+
+def _optional_positive_number(v):
+    return v is None or _positive_number(v)
 
 
 # The IQN network's image encoders (config setting `network_encoder`; agents/iqn.py builds them)
@@ -144,10 +184,26 @@ def _map_cycle(v):
 
 # name -> (check, description of what is expected, needs a restart to change)
 SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
+    "game_backend": (
+        lambda v: v in GAME_BACKENDS,
+        " or ".join(f'"{b}"' for b in GAME_BACKENDS) + " (the game; absent: user_config.game_backend's)",
+        True,
+    ),
     "physics_steps_per_action": (_positive_int, "a positive integer", True),
     "H_downsized": (_positive_int, "a positive integer (pixels)", True),
     "W_downsized": (_positive_int, "a positive integer (pixels)", True),
     "frame_renderer": (lambda v: v in FRAME_RENDERERS, " or ".join(f'"{r}"' for r in FRAME_RENDERERS) + " (how frames are drawn)", True),
+    "frame_stack": (
+        lambda v: _positive_int(v) and v <= MAX_FRAME_STACK,
+        f"an integer from 1 to {MAX_FRAME_STACK} (frames per state)",
+        True,
+    ),
+    "action_set": (
+        _action_set,
+        'None (config_files/inputs_list.py) or a list of distinct actions, each "coast" or flags joined by "+" '
+        '(accelerate, brake, left, right), e.g. "accelerate+left"',
+        True,
+    ),
     "n_prev_actions_in_inputs": (_non_negative_int, "an integer >= 0", True),
     "n_zone_centers_in_inputs": (_positive_int, "a positive integer", True),
     "one_every_n_zone_centers_in_inputs": (_positive_int, "a positive integer", True),
@@ -167,6 +223,8 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "missed_road_tile_penalty": (_non_negative_number, "a number >= 0", False),
     "shaped_reward_min_dist_to_cur_vcp": (_non_negative_number, "a number >= 0", False),
     "shaped_reward_max_dist_to_cur_vcp": (_positive_number, "a positive number", False),
+    "reward_per_game_point": (_number, "a number (x the game's own reward of each step; 0: not used)", False),
+    "game_reward_clip": (_optional_positive_number, "None or a positive number (the game's reward of a step clipped to +-it)", False),
     "n_steps": (_positive_int, "a positive integer", True),
     "discard_non_greedy_actions_in_nsteps": (_bool, "True or False", False),
     "temporal_mini_race_duration_ms": (_positive_int, "a positive integer (ms)", True),
@@ -249,6 +307,16 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     ),
     "learner_group_timeout_s": (_positive_number, "a positive number (s): a rank silent this long stops the run", True),
     # ---- remote rollout sources (rollouts/ray, rollouts/http): off unless set, each an optional install
+    # ---- the Gymnasium backend (game_backend = "gymnasium", games/gymnasium/)
+    "gymnasium_env_id": (_optional_text, 'None or a registered Gymnasium env id, e.g. "ALE/Enduro-v5"', True),
+    "gymnasium_ms_per_step": (_positive_number, "a positive number (game ms of one env step: ALE v5, 4 frames at 60 Hz = 66.67)", True),
+    "gymnasium_action_words": (
+        _action_words,
+        'None or four words of the env\'s action meanings for (accelerate, brake, left, right), e.g. ("FIRE", "DOWN", "LEFT", "RIGHT")',
+        True,
+    ),
+    "gymnasium_actions": (_optional_int_list, "None or a list of the env's action numbers, one per action of the action set", True),
+    "frame_crop": (_frame_crop, "None or (top, bottom, left, right) pixels cut from the env's image before resizing", True),
     "ray_address": (_optional_text, 'None, "auto" (a local cluster on loopback) or a Ray cluster address', True),
     "ray_actors": (_non_negative_int, "an integer >= 0 (collector actors on the Ray cluster)", True),
     # ---- more Ray source settings (rollouts/ray) here
@@ -279,6 +347,15 @@ RESTART_ONLY = tuple(name for name, (_, _, needs_restart) in SETTINGS.items() if
 # sets the same values, except reward_per_new_road_tile (0.1 for new runs), missed_road_tile_penalty (2.0), held_out_rules
 # (native) and frame_renderer (fast).
 ADDED_LATER = {
+    "frame_stack": 1,
+    "action_set": None,
+    "reward_per_game_point": 0.0,
+    "game_reward_clip": None,
+    "gymnasium_env_id": None,
+    "gymnasium_ms_per_step": 1000 * 4 / 60,
+    "gymnasium_action_words": None,
+    "gymnasium_actions": None,
+    "frame_crop": None,
     "max_policy_lag": 100_000,
     "checkpoints_kept": 2,
     "max_training_backlog_batches": 400,

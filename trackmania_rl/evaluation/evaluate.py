@@ -287,7 +287,7 @@ def load_policy(paths: CheckpointPaths, cfg=None, max_race_seconds: float | None
     """The greedy policy of `paths` (cfg: already loaded config, else read from paths.config)."""
     if cfg is None:
         cfg = load_eval_config(paths.config, max_race_seconds)
-    layout = float_layout_for(cfg, GAME_BACKEND)
+    layout = float_layout_for(cfg)
     network = make_network(cfg, layout, len(cfg.inputs), "cpu")
     load_state_dict_checked(network, paths.weights, paths.config)
     return GreedyPolicy(cfg, network, layout, paths)
@@ -363,4 +363,4 @@ def describe_source(paths: CheckpointPaths) -> str:
 
 def make_eval_game(policy: GreedyPolicy, rules: str = RULES_NATIVE):
     """A game instance for the policy's config whose races end by `rules` (games/base.py RACE_RULES)."""
-    return make_game_instance(policy.cfg, GAME_BACKEND, rules)
+    return make_game_instance(policy.cfg, rules=rules)

@@ -59,7 +59,7 @@ def panel_layout(cfg, height: int) -> PanelLayout:
     if not MIN_HEIGHT <= height <= MAX_HEIGHT:
         raise ValueError(f"video height {height}: must be in [{MIN_HEIGHT}, {MAX_HEIGHT}] pixels")
     height = _even(height)
-    view_aspect = game_backend(cfg.game_backend).full_view_aspect
+    view_aspect = game_backend(cfg.game_backend).full_view_aspect(cfg)
     return PanelLayout(
         height=height,
         view_width=_even(height * view_aspect),
@@ -85,6 +85,20 @@ def render_game_view(cfg, game) -> np.ndarray:
     return game_backend(cfg.game_backend).render_full_view(game)
 
 
+def frame_mosaic(stack: np.ndarray) -> np.ndarray:
+    """The C frames of a state (C, H, W) tiled row by row, oldest first, in a square grid (2 x 2 for 4; one frame as it
+    is): the network panel keeps a frame's aspect."""
+    c, height, width = stack.shape
+    side = int(np.ceil(np.sqrt(c)))
+    if side == 1:
+        return stack[0]
+    mosaic = np.zeros((side * height, side * width), np.uint8)
+    for k, frame in enumerate(stack):
+        row, col = divmod(k, side)
+        mosaic[row * height : (row + 1) * height, col * width : (col + 1) * width] = frame
+    return mosaic
+
+
 class FrameComposer:
     def __init__(self, cfg, height: int):
         self.layout = panel_layout(cfg, height)
@@ -101,10 +115,10 @@ class FrameComposer:
         """One (height, width, 3) uint8 RGB video frame."""
         L = self.layout
         view = cv2.resize(np.ascontiguousarray(view_rgb[..., :3]), (L.view_width, L.height), interpolation=cv2.INTER_AREA)
-        grey = np.asarray(frame).reshape(frame.shape[-2], frame.shape[-1])
-        network = cv2.resize(grey, (L.network_width, L.height), interpolation=cv2.INTER_NEAREST)
+        stack = np.asarray(frame).reshape(-1, frame.shape[-2], frame.shape[-1])
+        network = cv2.resize(frame_mosaic(stack), (L.network_width, L.height), interpolation=cv2.INTER_NEAREST)
         network = np.repeat(network[:, :, None], 3, axis=2)
-        self._label(network, "network input", (4, 4))
+        self._label(network, "network input" if len(stack) == 1 else f"network input: {len(stack)} frames, newest last", (4, 4))
         q_panel = self._q_panel(np.asarray(q_values, dtype=np.float64), int(action), time_s, step)
         return np.ascontiguousarray(np.concatenate([view, network, q_panel], axis=1))
 

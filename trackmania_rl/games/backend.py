@@ -29,9 +29,13 @@ def game_backend(name: str) -> GameBackend:
         from trackmania_rl.games.car_racing.backend import CAR_RACING
 
         return CAR_RACING
+    if name == "gymnasium":
+        from trackmania_rl.games.gymnasium.backend import GYMNASIUM
+
+        return GYMNASIUM
     if name == "trackmania":
         raise NotImplementedError(
             "user_config.game_backend = 'trackmania': the Trackmania backend is not implemented yet "
             "(DESIGN §7); set user_config.game_backend = 'carracing'"
         )
-    raise ValueError(f"user_config.game_backend = {name!r}: unknown game backend; expected 'carracing' or 'trackmania'")
+    raise ValueError(f"user_config.game_backend = {name!r}: unknown game backend; expected 'carracing', 'gymnasium' or 'trackmania'")

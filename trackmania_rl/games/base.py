@@ -16,9 +16,17 @@ from trackmania_rl.config.game_backends import RULES_TRAINING
 from trackmania_rl.games.float_layout import FloatLayout
 
 # rollout_results (DESIGN §3.2) as a game instance returns it: lists with one entry per state, lists with one
-# entry per action (rollouts/contract.py adds what a rollout source attaches and checks both)
-ROLLOUT_STATE_KEYS = ("frames", "state_float", "current_zone_idx", "meters_advanced_along_centerline", "car_gear_and_wheels")
+# entry per action (rollouts/contract.py adds what a rollout source attaches and checks both). Every game has these:
+ROLLOUT_STATE_KEYS = ("frames", "state_float")
 ROLLOUT_ACTION_KEYS = ("actions", "action_was_greedy", "q_values", "input_w")
+# A game with a centerline (CarRacing; Trackmania) also gives, per state, the zone the car is in, its progress along
+# the centerline (`reward_per_m_advanced_along_centerline` needs it) and its car state, and the race's furthest zone
+CENTERLINE_STATE_KEYS = ("current_zone_idx", "meters_advanced_along_centerline", "car_gear_and_wheels")
+METERS_ADVANCED = "meters_advanced_along_centerline"
+FURTHEST_ZONE = "furthest_zone_idx"  # a scalar: max(current_zone_idx)
+# per action, where the game has it: the game's own reward of the step the action was held for (Gymnasium envs; the
+# score the game shows); `reward_per_game_point` needs it
+GAME_REWARD = "game_reward"
 # per state, where the game has it: how many distinct road tiles the car has touched since the start (CarRacing;
 # its native score pays for each); `reward_per_new_road_tile` needs it
 ROAD_TILES_TOUCHED = "road_tiles_touched"
@@ -26,6 +34,8 @@ ROAD_TILES_TOUCHED = "road_tiles_touched"
 # (CarRacing: its native episode only ends once every tile is touched); `missed_road_tile_penalty` needs it
 ROAD_TILES_MISSED = "road_tiles_missed"
 ROAD_TILE_COUNTS = (ROAD_TILES_TOUCHED, ROAD_TILES_MISSED)
+# which optional keys a race carries, by what the game has (GameBackend.race_keys)
+CENTERLINE_RACE_KEYS = CENTERLINE_STATE_KEYS + (FURTHEST_ZONE,)
 
 # How a race ends (the `rules` of a game instance):
 # - "training": the trainer's own end of a race: the car crosses the finish line after one lap, or a cut-off ends
@@ -36,7 +46,8 @@ ROAD_TILE_COUNTS = (ROAD_TILES_TOUCHED, ROAD_TILES_MISSED)
 #   registered CarRacing-v3, its TimeLimit included), so that scores compare with published ones.
 # (RULES_NATIVE and RULES_TRAINING: config/game_backends.py, imported above)
 
-# exploration_policy(frame uint8 (1, H, W), state_float float32 (D,)) -> (action, action_was_greedy, value, q_values)
+# exploration_policy(frame uint8 (C, H, W): the last C = frame_stack frames, oldest first, state_float float32 (D,))
+# -> (action, action_was_greedy, value, q_values)
 ExplorationPolicy = Callable[[np.ndarray, np.ndarray], tuple]
 
 
@@ -63,9 +74,10 @@ class GameInstance(abc.ABC):
     float_layout: FloatLayout
     rules: str = RULES_TRAINING
 
-    @abc.abstractmethod
     def zone_centers_for(self, map_spec: MapSpec) -> np.ndarray:
-        """The map's zone centers (M, dims): centerline resampled, extrapolated before start and after finish."""
+        """The map's zone centers (M, dims): centerline resampled, extrapolated before start and after finish. A game
+        without a centerline has none: (0, 0)."""
+        return np.zeros((0, 0), np.float32)
 
     @abc.abstractmethod
     def rollout(
@@ -93,30 +105,34 @@ class GameBackend:
       `rules` (RULES_TRAINING or RULES_NATIVE);
     - `distance_to_current_zone_center(layout, state_float) -> distances`: from the car to the current
       zone center, read from the floats (one state (D,) or a batch (..., D)); the reward-shaping
-      potential is made from it (DESIGN §3.5);
+      potential is made from it (DESIGN §3.5); None for a game without a centerline (the potential is 0);
     - `off_road_fraction(layout, state_float) -> fractions in [0, 1]`: how far off the road the car is, read from
       the floats (CarRacing: the share of its wheels touching no road tile); the off-road reward term is made
-      from it (`off_road_penalty_per_action`, replay/experience.py);
+      from it (`off_road_penalty_per_action`, replay/experience.py); None for a game that does not know;
     - `render_full_view(game) -> (H, W, 3) uint8`: the game's full view now, in RGB, as a person would
       see it (videos), rendered without changing the race;
-    - `full_view_size`: (width, height) of that view;
+    - `full_view_size(cfg)`: (width, height) of that view;
     - `frame_preprocessing(cfg) -> str`: how the game's view becomes the network's uint8 frame under `cfg` (its
       renderer, its frame size), in words, for clients that produce frames in another language (the ONNX policy's
-      sidecar, agents/onnx_export.py).
+      sidecar, agents/onnx_export.py);
+    - `race_keys`: the optional rollout keys (CENTERLINE_RACE_KEYS, ROAD_TILE_COUNTS, GAME_REWARD) its races carry:
+      the HTTP wire requires them of this game's clients, and says so (rollouts/http/wire.py);
+    - `check_config(cfg)`: ConfigError naming the setting that cannot work with this game (at a run's start; the game
+      may be started to find out); None: nothing to check beyond the schema.
     """
 
     name: str
-    ms_per_physics_step: int
     make_float_layout: Callable[[Any], FloatLayout]
     make_game_instance: Callable[..., GameInstance]
-    distance_to_current_zone_center: Callable[[FloatLayout, np.ndarray], np.ndarray]
-    off_road_fraction: Callable[[FloatLayout, np.ndarray], np.ndarray]
+    distance_to_current_zone_center: Callable[[FloatLayout, np.ndarray], np.ndarray] | None
+    off_road_fraction: Callable[[FloatLayout, np.ndarray], np.ndarray] | None
     render_full_view: Callable[[GameInstance], np.ndarray]
-    full_view_size: tuple[int, int]
+    full_view_size: Callable[[Any], tuple[int, int]]
     frame_preprocessing: Callable[[Any], str]
+    race_keys: tuple[str, ...] = ()
+    check_config: Callable[[Any], None] | None = None
 
-    @property
-    def full_view_aspect(self) -> float:
+    def full_view_aspect(self, cfg) -> float:
         """Width / height of the full view."""
-        width, height = self.full_view_size
+        width, height = self.full_view_size(cfg)
         return width / height

@@ -11,6 +11,7 @@ agents/training.py's, as CUDA graphs where they are faster (agents/graphed_step.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -27,7 +28,7 @@ from trackmania_rl.agents.packed_tensors import HostCopy
 from trackmania_rl.agents.precision import choose_precision
 from trackmania_rl.agents.step_results import StepsInFlight
 from trackmania_rl.agents.training import Trainer, make_optimizer, set_optimizer_hyperparameters
-from trackmania_rl.config.loader import ConfigError
+from trackmania_rl.config.loader import ConfigError, frame_shape
 from trackmania_rl.config.values import settings_json
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.batches import make_batch_feed
@@ -44,10 +45,13 @@ from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.replay.buffers import append_saved_buffer, make_buffers, read_buffer_file, resize_buffers, save_buffer
 from trackmania_rl.replay.experience import fill_buffers
 from trackmania_rl.replay.storage import InvalidBufferFile
-from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, require_road_tiles, validated_race
+from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, require_reward_keys, validated_race
 
 LEARNER_SEED_BASE = 444
 TRAINING_WINDOW_KEYS = ("loss", "loss_test", "grad_norm", "q_mean")
+
+
+EPISODES_FILE = "episodes.jsonl"  # one line per episode ended (games whose episodes span races)
 
 
 class Learner:
@@ -65,7 +69,7 @@ class Learner:
         torch.manual_seed(seed)
         self.n_actions = len(self.cfg.inputs)
         self._capacity_announced_full = 0
-        self.rollout_shape = RolloutShape((1, self.cfg.H_downsized, self.cfg.W_downsized), layout.dim, self.n_actions)
+        self.rollout_shape = RolloutShape(frame_shape(self.cfg), layout.dim, self.n_actions)
 
         self.stats = RunStats()
         self.online = make_network(self.cfg, layout, self.n_actions, device)
@@ -345,7 +349,7 @@ class Learner:
                 raise InvalidRollout(
                     f"`policy_version` {self.stats.policy_version - lag} is newer than the learner's {self.stats.policy_version}"
                 )
-            require_road_tiles(rollout_results, self.cfg)
+            require_reward_keys(rollout_results, self.cfg)
         except InvalidRollout as e:
             self.stats.rollouts_rejected += 1
             where = "an unnamed source"
@@ -402,6 +406,8 @@ class Learner:
         for key, value in end_race_stats.items():
             if key.startswith("instrumentation__"):
                 self.window[f"collector_{key[len('instrumentation__') :]}_ns_per_action"].append(value)
+        if "episode_return" in end_race_stats:  # a game whose episodes span races (games/gymnasium): the episode's whole
+            self._log_episode(kind, end_race_stats, meta)
         if self.logger is None:
             return
         self.logger.race(
@@ -410,11 +416,32 @@ class Learner:
                 "race_time_s": race_time_ms / 1000,
                 "finished": float(finished),
                 "native_score": end_race_stats.get("native_score", 0.0),
-                "furthest_zone": rollout_results["furthest_zone_idx"],
+                "furthest_zone": rollout_results.get("furthest_zone_idx", 0),
                 "progress_fraction": end_race_stats.get("progress_fraction", 0.0),
             },
             self.stats.frames_played,
         )
+
+    def _log_episode(self, kind: str, end_race_stats: dict, meta: dict) -> None:
+        """An episode that ended: its return (the game's own score, unclipped) against the actions stored so far, in
+        TensorBoard and as a line of the run's episodes.jsonl (the training-return curve; scripts/plot_enduro.py)."""
+        record = {
+            "frames_played": self.stats.frames_played,
+            "training_seconds": round(self.stats.training_seconds, 3),
+            "wall_time": round(time.time(), 3),
+            "episode_return": float(end_race_stats["episode_return"]),
+            "episode_actions": int(end_race_stats.get("episode_actions", 0)),
+            "end_reason": str(end_race_stats.get("end_reason")),
+            "kind": kind,
+            "source": meta.get("source"),
+        }
+        try:
+            with open(self.run_dir / EPISODES_FILE, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:  # the record is a convenience: training goes on without it
+            self.log(f"could not append to {self.run_dir / EPISODES_FILE}: {e}")
+        if self.logger is not None:
+            self.logger.race(kind, {"episode_return": record["episode_return"]}, self.stats.frames_played)
 
     # -------------------------------------------------------------------------------------- training
     def can_train(self) -> bool:

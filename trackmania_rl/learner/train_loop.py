@@ -13,6 +13,7 @@ from trackmania_rl.config.live import LiveConfig
 from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load_config, load_user_config
 from trackmania_rl.device import choose_device, machine_in_words
 from trackmania_rl.games import float_layout_for
+from trackmania_rl.games.backend import game_backend
 from trackmania_rl.learner.allocator import keep_freed_memory_for_reuse
 from trackmania_rl.learner.cores import LearnerThreads, auto_collectors, keep_main_thread_single, set_switch_interval
 from trackmania_rl.learner.group_hooks import GroupHooks
@@ -99,10 +100,21 @@ def start_device(user, cfg, config_name):
     return device
 
 
+def check_game(cfg, config_name) -> None:
+    """ConfigError naming the setting the config's game cannot work with (the game may be started to find out)."""
+    check = game_backend(cfg.game_backend).check_config
+    if check is not None:
+        try:
+            check(cfg)
+        except ConfigError as e:
+            raise ConfigError(f"{config_name}: {e}") from None
+
+
 def check_start(options: TrainOptions, user, cfg, config_name) -> None:
     """What a new run's config needs of this machine, checked before anything is moved or written (ConfigError naming
-    the problem): the device, CUDA graphs, the rollout sources."""
+    the problem): the device, CUDA graphs, the game, the rollout sources."""
     start_device(user, cfg, config_name)
+    check_game(cfg, config_name)
     check_source_settings(options, cfg, options.collectors if options.collectors is not None else cfg.collectors_count)
 
 
@@ -250,13 +262,14 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
             "Resume without --seed, or start another run (--run-name) or over (--fresh)"
         )
     device = start_device(user, cfg, live_path)  # the run's own config (a resume's too); build_sources checks its sources
-    layout = float_layout_for(cfg, user.game_backend)
+    game = cfg.game_backend  # the config's game, else user_config's (config/loader.py)
+    layout = float_layout_for(cfg, game)
     collectors_count = local_collectors(options, cfg, device)
-    context = SourceContext(options, live, live_path, user.game_backend, layout, run_dir, log)
+    context = SourceContext(options, live, live_path, game, layout, run_dir, log)
     here = run.group.collectors_here(collectors_count, context, device)  # a learner group's rank 0: its share
     run.source = source = build_sources(context, here, producers=collectors_count)  # nothing started yet
     sources = " + ".join(([f"{here} local collector(s)"] if here else []) + remote_source_names(options, cfg))
-    log(f"run {options.run_name}: device {device}, {sources}, game {user.game_backend}, saves in {run_dir}")
+    log(f"run {options.run_name}: device {device}, {sources}, game {game}, saves in {run_dir}")
     log(f"machine: {machine_in_words(device)}")  # figures differ by machine: every log names the one that made it
 
     log(keep_freed_memory_for_reuse())  # before the precision probe and the first train steps
@@ -266,7 +279,7 @@ def _start(options: TrainOptions, run: _Run, signals: StopSignals) -> None:
     settings = {**cfg.settings(), "collectors_count": collectors_count, "device": str(device)}
     run.logger = RunLogger(tb_run_dir, resolved_config=settings, log=log)
     run.learner = run.group.make_learner(live, layout, device, run_dir, source, run.logger, log, threads=run.threads.current)
-    run.held_out = HeldOutEvaluation(run_dir, user.game_backend, log, run.logger)
+    run.held_out = HeldOutEvaluation(run_dir, game, log, run.logger)
     run.live = live
     signals.defer()  # a signal while collectors (and a learner group's ranks) spawn is noted, and acted on right after
     run.group.start(run.learner)

@@ -32,6 +32,7 @@ import torch
 from torchrl.data import ReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 
+from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.games.float_layout import FloatLayout
 from trackmania_rl.replay.experience import Experience
 from trackmania_rl.replay.mini_race import MiniRaceTransform
@@ -234,7 +235,7 @@ def make_buffer(
 ) -> TransitionReplayBuffer:
     """One buffer. `prioritized` defaults to cfg.prio_alpha > 0; `rng` drives sampling and mini-race clocks."""
     rng = rng if rng is not None else np.random.default_rng()
-    storage = TransitionStorage(capacity, (1, cfg.H_downsized, cfg.W_downsized), layout.dim, cfg.n_steps, state_slack=state_slack)
+    storage = TransitionStorage(capacity, frame_shape(cfg), layout.dim, cfg.n_steps, state_slack=state_slack)
     if prioritized is None:
         prioritized = cfg.prio_alpha > 0
     sampler_rng, transform_rng = rng.spawn(2)

@@ -25,17 +25,18 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.games.backend import game_backend
-from trackmania_rl.games.base import ROAD_TILES_MISSED, ROAD_TILES_TOUCHED
+from trackmania_rl.games.base import GAME_REWARD, METERS_ADVANCED, ROAD_TILES_MISSED, ROAD_TILES_TOUCHED
 from trackmania_rl.games.float_layout import FloatLayout
-from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, StackedSteps, require_road_tiles, validate_rollout
+from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, StackedSteps, require_reward_keys, validate_rollout
 
 
 @dataclass
 class Experience:
     """Transitions of one rollout (or a subset of them), struct-of-arrays; S states, T transitions.
 
-    States (each stored once): `frames` (S, 1, H, W) uint8, `state_float` (S, D) float32 with the clock
+    States (each stored once): `frames` (S, C, H, W) uint8, `state_float` (S, D) float32 with the clock
     (float 0) left at 0, `potential` (S,) float32 = Phi(s).
     Transitions, in rollout order: `state_index`, `next_state_index` (T,) int64 into the states (non-decreasing,
     next > state), `action` (T,) int64, `n_steps` (T,) int64 >= 1, `rewards` and `gammas` (T, N) float32,
@@ -122,26 +123,34 @@ class Experience:
 def step_rewards(rollout_results: dict, cfg) -> np.ndarray:
     """r_{k+1} for the step from state k to k+1, k = 0..F-2 (float64, (F-1,)).
 
-    constant_reward_per_ms x elapsed ms + reward_per_m_advanced_along_centerline x metres gained; elapsed is
-    ms_per_action except for the last step of a finished race: race_time - (F-2) x ms_per_action.
+    constant_reward_per_ms x elapsed ms + reward_per_m_advanced_along_centerline x metres gained (a game without a
+    centerline: none); elapsed is ms_per_action except for the last step of a finished race: race_time - (F-2) x
+    ms_per_action.
     """
-    progress = np.asarray(rollout_results["meters_advanced_along_centerline"], dtype=np.float64)
-    n_steps = len(progress) - 1
+    n_steps = len(rollout_results["frames"]) - 1
     if n_steps <= 0:
         return np.zeros(0)
+    require_reward_keys(rollout_results, cfg)
+    if METERS_ADVANCED in rollout_results:
+        progress = np.asarray(rollout_results[METERS_ADVANCED], dtype=np.float64)
+    else:
+        progress = np.zeros(n_steps + 1)
     elapsed_ms = np.full(n_steps, float(cfg.ms_per_action))
     if "race_time" in rollout_results and rollout_results["race_time"] is not None:
-        elapsed_ms[-1] = float(rollout_results["race_time"]) - (len(progress) - 2) * cfg.ms_per_action
+        elapsed_ms[-1] = float(rollout_results["race_time"]) - (n_steps - 1) * cfg.ms_per_action
         if elapsed_ms[-1] < 0:
-            last_step_ms = (len(progress) - 2) * cfg.ms_per_action
+            last_step_ms = (n_steps - 1) * cfg.ms_per_action
             raise InvalidRollout(f"race_time {rollout_results['race_time']} ms is before the last decision step ({last_step_ms} ms)")
     return cfg.constant_reward_per_ms * elapsed_ms + cfg.reward_per_m_advanced_along_centerline * np.diff(progress)
 
 
 def potentials(state_float: np.ndarray, layout: FloatLayout, cfg, distance_fn: Callable | None = None) -> np.ndarray:
-    """Phi(s) = shaped_reward_dist_to_cur_vcp x clip(distance to the current zone center, min, max), per state."""
+    """Phi(s) = shaped_reward_dist_to_cur_vcp x clip(distance to the current zone center, min, max), per state; 0 for a
+    game without a centerline."""
     if distance_fn is None:  # the game backend says how far the car is from its zone center
         distance_fn = game_backend(cfg.game_backend).distance_to_current_zone_center
+    if distance_fn is None or cfg.shaped_reward_dist_to_cur_vcp == 0:
+        return np.zeros(len(state_float), np.float32)
     distance = distance_fn(layout, state_float)
     clipped = np.clip(distance, cfg.shaped_reward_min_dist_to_cur_vcp, cfg.shaped_reward_max_dist_to_cur_vcp)
     return (cfg.shaped_reward_dist_to_cur_vcp * clipped).astype(np.float32)
@@ -150,9 +159,10 @@ def potentials(state_float: np.ndarray, layout: FloatLayout, cfg, distance_fn: C
 def off_road_penalties(state_float: np.ndarray, layout: FloatLayout, cfg) -> np.ndarray:
     """Per step k -> k+1 (k = 0..F-2): -off_road_penalty_per_action x how far off the road the car is in state k+1
     (the game backend reads it from the floats: CarRacing, the share of wheels off the road tiles)."""
-    if cfg.off_road_penalty_per_action == 0 or len(state_float) < 2:
+    off_road_fraction = game_backend(cfg.game_backend).off_road_fraction
+    if cfg.off_road_penalty_per_action == 0 or len(state_float) < 2 or off_road_fraction is None:
         return np.zeros(max(0, len(state_float) - 1))
-    off_road = game_backend(cfg.game_backend).off_road_fraction(layout, state_float[1:])
+    off_road = off_road_fraction(layout, state_float[1:])
     return -float(cfg.off_road_penalty_per_action) * np.asarray(off_road, dtype=np.float64)
 
 
@@ -163,13 +173,13 @@ def road_tile_rewards(rollout_results: dict, cfg) -> np.ndarray:
     With road_tile_reward_max_m_behind_furthest set, a step's tiles pay only when the car ends it at most that far
     behind the furthest progress it has reached: driving back for tiles missed earlier pays nothing."""
     n_steps = max(0, len(rollout_results["frames"]) - 1)
-    require_road_tiles(rollout_results, cfg)
+    require_reward_keys(rollout_results, cfg)
     if cfg.reward_per_new_road_tile == 0 or n_steps == 0:
         return np.zeros(n_steps)
     new_tiles = np.diff(np.asarray(rollout_results[ROAD_TILES_TOUCHED], dtype=np.float64))
     max_behind = cfg.road_tile_reward_max_m_behind_furthest
     if max_behind is not None:
-        progress = np.asarray(rollout_results["meters_advanced_along_centerline"], dtype=np.float64)
+        progress = np.asarray(rollout_results[METERS_ADVANCED], dtype=np.float64)
         behind_furthest = np.maximum.accumulate(progress) - progress
         new_tiles = np.where(behind_furthest[1:] <= max_behind, new_tiles, 0.0)
     return float(cfg.reward_per_new_road_tile) * new_tiles
@@ -179,11 +189,24 @@ def missed_road_tile_penalties(rollout_results: dict, cfg) -> np.ndarray:
     """Per step k -> k+1 (k = 0..F-2): -missed_road_tile_penalty x the road tiles judged missed in that step (driven
     past without being touched; at the finish, every tile the lap left untouched)."""
     n_steps = max(0, len(rollout_results["frames"]) - 1)
-    require_road_tiles(rollout_results, cfg)
+    require_reward_keys(rollout_results, cfg)
     if cfg.missed_road_tile_penalty == 0 or n_steps == 0:
         return np.zeros(n_steps)
     newly_missed = np.diff(np.asarray(rollout_results[ROAD_TILES_MISSED], dtype=np.float64))
     return -float(cfg.missed_road_tile_penalty) * newly_missed
+
+
+def game_rewards(rollout_results: dict, cfg) -> np.ndarray:
+    """Per step k -> k+1 (k = 0..F-2): reward_per_game_point x the game's own reward of action k (`game_reward`),
+    clipped to +-game_reward_clip first when that is set (Atari agents clip to 1: a score's scale differs by game)."""
+    n_steps = max(0, len(rollout_results["frames"]) - 1)
+    require_reward_keys(rollout_results, cfg)
+    if cfg.reward_per_game_point == 0 or n_steps == 0:
+        return np.zeros(n_steps)
+    points = np.asarray(rollout_results[GAME_REWARD][:n_steps], dtype=np.float64)
+    if cfg.game_reward_clip is not None:
+        points = np.clip(points, -cfg.game_reward_clip, cfg.game_reward_clip)
+    return float(cfg.reward_per_game_point) * points
 
 
 def n_steps_per_transition(action_was_greedy, n_states: int, n_steps_max: int, discard_non_greedy: bool) -> np.ndarray:
@@ -214,7 +237,7 @@ def rollout_to_experience(
 
     `steps`: what the contract check returned for a caller that has just made it (the learner); None: checked here."""
     if steps is None:
-        steps = validate_rollout(rollout_results, (1, cfg.H_downsized, cfg.W_downsized), layout.dim, len(cfg.inputs))
+        steps = validate_rollout(rollout_results, frame_shape(cfg), layout.dim, len(cfg.inputs))
     n_states = len(steps.frames)
     finished = RACE_TIME in rollout_results
     n_max = cfg.n_steps
@@ -233,6 +256,7 @@ def rollout_to_experience(
         + off_road
         + road_tile_rewards(rollout_results, cfg)
         + missed_road_tile_penalties(rollout_results, cfg)
+        + game_rewards(rollout_results, cfg)
     )
     n = n_steps_per_transition(rollout_results["action_was_greedy"], n_states, n_max, cfg.discard_non_greedy_actions_in_nsteps)
 

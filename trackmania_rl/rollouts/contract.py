@@ -5,8 +5,11 @@ An envelope is `(rollout_results, end_race_stats, meta)`:
   entries, A = F - 1 when the race was finished, whose last state is the finish pseudo-state, else A = F):
   `GAME_ACTION_KEYS` as the game instance returns them, plus `policy_version`, the version of the published
   weights each action was chosen with, which every source adds (the collector knows it, the game does
-  not). Per state where the game has it: `road_tiles_touched`, `road_tiles_missed` (games/base.py).
-  Scalars: `furthest_zone_idx`; `race_time` (ms) only when the race was finished.
+  not). Scalar: `race_time` (ms) only when the race was finished (its last state is terminal).
+  What a game has beyond that (games/base.py): a centerline's `current_zone_idx`, `meters_advanced_along_centerline`,
+  `car_gear_and_wheels` per state and the scalar `furthest_zone_idx`; road tiles' `road_tiles_touched`,
+  `road_tiles_missed` per state; the game's own `game_reward` per action. Each is checked when present, and required
+  by the reward terms that need it (`require_reward_keys`).
 - `end_race_stats`: a dict of the race's results (`race_finished`, `race_time`, ...; DESIGN §3.2).
 - `meta`: a dict naming the source and the race (`source`, `collector`, `map_name`, `seed`, `map_status`,
   `is_explo`, `fill_buffer`, timings).
@@ -23,21 +26,30 @@ from typing import NamedTuple
 
 import numpy as np
 
-from trackmania_rl.games.base import ROAD_TILE_COUNTS, ROAD_TILES_MISSED, ROAD_TILES_TOUCHED, ROLLOUT_ACTION_KEYS, ROLLOUT_STATE_KEYS
+from trackmania_rl.games.base import (
+    CENTERLINE_STATE_KEYS,
+    FURTHEST_ZONE,
+    GAME_REWARD,
+    METERS_ADVANCED,
+    ROAD_TILE_COUNTS,
+    ROAD_TILES_MISSED,
+    ROAD_TILES_TOUCHED,
+    ROLLOUT_ACTION_KEYS,
+    ROLLOUT_STATE_KEYS,
+)
 from trackmania_rl.rollouts.packed_race import StepArray
 
-# per state: uint8 frame (1, H, W), float32 inputs (D,), and the progress the rewards are computed from;
-# per action: the decision and what the policy saw (both from the game), and the policy version (from the source)
+# per state: uint8 frame (C, H, W), float32 inputs (D,); per action: the decision and what the policy saw (both from
+# the game), and the policy version (from the source)
 STATE_KEYS, GAME_ACTION_KEYS = ROLLOUT_STATE_KEYS, ROLLOUT_ACTION_KEYS
 POLICY_VERSION = "policy_version"
 ACTION_KEYS = GAME_ACTION_KEYS + (POLICY_VERSION,)
-FURTHEST_ZONE = "furthest_zone_idx"
 RACE_TIME = "race_time"  # present only when the race was finished
 
 
 # what the learner reads of a race's end_race_stats and meta besides the source's name (learner.py): checked here, so
 # that no source can stop the learner with a wrong type; the other entries pass as they are
-RACE_STAT_NUMBERS = ("race_time", "race_time_for_ratio", "native_score", "progress_fraction")
+RACE_STAT_NUMBERS = ("race_time", "race_time_for_ratio", "native_score", "progress_fraction", "episode_return", "episode_actions")
 INSTRUMENTATION_PREFIX = "instrumentation__"  # end_race_stats: a collector stage's ns per action
 META_NUMBERS = ("rollout_duration_s", "put_time")
 MAP_STATUSES = ("trained", "blind")
@@ -56,7 +68,7 @@ class Envelope(NamedTuple):
 
 
 class RolloutShape(NamedTuple):
-    """What a rollout must look like for this run: frame shape (1, H, W), float count D, action count."""
+    """What a rollout must look like for this run: frame shape (C, H, W), float count D, action count."""
 
     frame_shape: tuple
     float_dim: int
@@ -126,11 +138,26 @@ def _finite_number(value) -> bool:
     return isinstance(value, (float, np.floating)) and bool(np.isfinite(value))
 
 
-def require_road_tiles(rollout_results: dict, cfg) -> None:
-    """InvalidRollout when the run pays (or charges for) road tiles and the rollout does not count them."""
-    for setting, key in (("reward_per_new_road_tile", ROAD_TILES_TOUCHED), ("missed_road_tile_penalty", ROAD_TILES_MISSED)):
+# the reward terms that read an optional key of the rollout (a setting that is not 0 needs its key)
+REWARD_KEYS = (
+    ("reward_per_m_advanced_along_centerline", METERS_ADVANCED),
+    ("reward_per_new_road_tile", ROAD_TILES_TOUCHED),
+    ("missed_road_tile_penalty", ROAD_TILES_MISSED),
+    ("reward_per_game_point", GAME_REWARD),
+)
+
+
+def require_reward_keys(rollout_results: dict, cfg) -> None:
+    """InvalidRollout when one of the run's reward terms needs a key the rollout does not carry."""
+    for setting, key in REWARD_KEYS:
         if getattr(cfg, setting) != 0 and key not in rollout_results:
             raise InvalidRollout(f"rollout_results lacks `{key}`, which {setting} needs")
+    if (
+        cfg.road_tile_reward_max_m_behind_furthest is not None
+        and cfg.reward_per_new_road_tile != 0
+        and METERS_ADVANCED not in rollout_results
+    ):
+        raise InvalidRollout(f"rollout_results lacks `{METERS_ADVANCED}`, which road_tile_reward_max_m_behind_furthest needs")
 
 
 def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_actions: int) -> StackedSteps:
@@ -138,10 +165,12 @@ def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_action
     vectors stacked (the checks build them anyway), for a caller that goes on to use them."""
     if not isinstance(rollout, dict):
         raise InvalidRollout(f"rollout_results must be a dict, got {type(rollout).__name__}")
-    for key in STATE_KEYS + GAME_ACTION_KEYS + (FURTHEST_ZONE,):
+    for key in STATE_KEYS + GAME_ACTION_KEYS:
         if key not in rollout:
             raise InvalidRollout(f"rollout_results lacks key `{key}`")
-    for key in STATE_KEYS + GAME_ACTION_KEYS:
+    state_keys = STATE_KEYS + tuple(k for k in CENTERLINE_STATE_KEYS if k in rollout)
+    action_keys = GAME_ACTION_KEYS + ((GAME_REWARD,) if GAME_REWARD in rollout else ())
+    for key in state_keys + action_keys:
         if not isinstance(rollout[key], (list, tuple)):
             raise InvalidRollout(f"`{key}` must be a list with one entry per step, got {type(rollout[key]).__name__}")
     n_states = len(rollout["frames"])
@@ -149,10 +178,10 @@ def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_action
     finished = RACE_TIME in rollout
     if n_states < 1:
         raise InvalidRollout("rollout has no state")
-    for key in STATE_KEYS:
+    for key in state_keys:
         if len(rollout[key]) != n_states:
             raise InvalidRollout(f"`{key}` has {len(rollout[key])} entries but `frames` has {n_states}")
-    for key in GAME_ACTION_KEYS:
+    for key in action_keys:
         if len(rollout[key]) != n_actions_taken:
             raise InvalidRollout(f"`{key}` has {len(rollout[key])} entries but `actions` has {n_actions_taken}")
     expected_actions = n_states - 1 if finished else n_states
@@ -179,9 +208,9 @@ def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_action
     if not np.all(np.isfinite(stacked)):
         step = int(np.argwhere(~np.isfinite(stacked))[0][0])
         raise InvalidRollout(f"`state_float[{step}]` contains NaN or inf")
-    progress = _numbers(rollout, "meters_advanced_along_centerline", np.float64)
-    if not np.all(np.isfinite(progress)):
-        raise InvalidRollout("`meters_advanced_along_centerline` contains NaN or inf")
+    for key in (METERS_ADVANCED, GAME_REWARD):
+        if key in rollout and not np.all(np.isfinite(_numbers(rollout, key, np.float64))):
+            raise InvalidRollout(f"`{key}` contains NaN or inf")
     for key in ROAD_TILE_COUNTS:
         if key not in rollout:
             continue
@@ -203,7 +232,9 @@ def validate_rollout(rollout: dict, frame_shape: tuple, float_dim: int, n_action
             q_stacked = None
         if q_stacked is None or q_stacked.shape[1:] != (n_actions,) or not np.all(np.isfinite(q_stacked)):
             raise InvalidRollout(f"`q_values` must be finite vectors of shape ({n_actions},)")
-    furthest = rollout[FURTHEST_ZONE]
+    if (FURTHEST_ZONE in rollout) != (METERS_ADVANCED in rollout):
+        raise InvalidRollout(f"`{FURTHEST_ZONE}` and the per-state centerline keys come together (a game with a centerline), or neither")
+    furthest = rollout.get(FURTHEST_ZONE, 0)
     if not isinstance(furthest, (int, np.integer)) or isinstance(furthest, bool) or furthest < 0:
         raise InvalidRollout(f"`{FURTHEST_ZONE}` must be an integer >= 0, got {furthest!r}")
     return StackedSteps(_stack(rollout["frames"], frame_shape).astype(np.uint8, copy=False), stacked, q_stacked)

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP
-from trackmania_rl.games.base import RULES_TRAINING, GameBackend
+from trackmania_rl.games.base import CENTERLINE_RACE_KEYS, ROAD_TILE_COUNTS, RULES_TRAINING, GameBackend
 from trackmania_rl.games.car_racing import floats as car_floats
 
 # gymnasium's car_racing VIDEO_W x VIDEO_H, the size of its "rgb_array" render (a constant here, so that
@@ -36,6 +35,14 @@ def frame_preprocessing(cfg) -> str:
     return FRAME_PREPROCESSING[cfg.frame_renderer]
 
 
+def check_config(cfg) -> None:
+    """CarRacing draws one frame per state: ConfigError for a frame stack."""
+    from trackmania_rl.config.schema import ConfigError
+
+    if cfg.frame_stack != 1:
+        raise ConfigError(f"setting `frame_stack` = {cfg.frame_stack}: the CarRacing backend gives one frame per state (1)")
+
+
 def make_game_instance(cfg, rules: str = RULES_TRAINING):
     """A CarRacingGameInstance whose races end by `rules` (imports the game)."""
     from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
@@ -50,12 +57,13 @@ def render_full_view(game) -> np.ndarray:
 
 CAR_RACING = GameBackend(
     name="carracing",
-    ms_per_physics_step=MS_PER_PHYSICS_STEP["carracing"],
     make_float_layout=car_floats.make_float_layout,
     make_game_instance=make_game_instance,
     distance_to_current_zone_center=car_floats.distance_to_current_zone_center,
     off_road_fraction=car_floats.wheels_off_road_fraction,
     render_full_view=render_full_view,
-    full_view_size=FULL_VIEW_SIZE,
+    full_view_size=lambda cfg: FULL_VIEW_SIZE,
     frame_preprocessing=frame_preprocessing,
+    race_keys=CENTERLINE_RACE_KEYS + ROAD_TILE_COUNTS,
+    check_config=check_config,
 )

@@ -29,7 +29,9 @@ from gymnasium.envs.box2d import car_racing as gym_car_racing
 
 from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP, RENDERER_FAST
 from trackmania_rl.games.base import (
+    CENTERLINE_STATE_KEYS,
     RACE_RULES,
+    ROAD_TILE_COUNTS,
     ROAD_TILES_MISSED,
     ROAD_TILES_TOUCHED,
     ROLLOUT_ACTION_KEYS,
@@ -102,7 +104,7 @@ class _Race:
         self.geometry, self.tracker, self.hull = geometry, tracker, hull
         self.timings = timings  # ns per timed stage, summed over the race
         self.t_start = t_start  # perf_counter_ns at the start of the reset
-        self.results = {key: [] for key in ROLLOUT_STATE_KEYS + ROLLOUT_ACTION_KEYS + (ROAD_TILES_TOUCHED, ROAD_TILES_MISSED)}
+        self.results = {key: [] for key in ROLLOUT_STATE_KEYS + CENTERLINE_STATE_KEYS + ROLLOUT_ACTION_KEYS + ROAD_TILE_COUNTS}
         self.stats = {}
         self.n_prev = cfg.n_prev_actions_in_inputs
         self.previous_actions = [0] * self.n_prev  # before the start: action 0, like Linesight

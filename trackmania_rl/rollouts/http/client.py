@@ -22,13 +22,15 @@ from collections.abc import Callable
 import torch
 
 from trackmania_rl.agents.iqn import make_network
+from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.config.values import config_from_values
 from trackmania_rl.games import float_layout_for
+from trackmania_rl.games.backend import game_backend
 from trackmania_rl.rollouts.http import wire
 from trackmania_rl.rollouts.race import RacePlayer
 
 PROTOCOL_VERSION = 1
-GAME = "carracing"  # the game this client plays (its RacePlayer's backend)
+GAME = "carracing"  # the game a client plays unless told another (its RacePlayer's backend; play_remote.py --game)
 SOURCE_NAME = "http"
 REQUEST_TIMEOUT_S = 30.0
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
@@ -174,8 +176,10 @@ class RemoteWeights:
 class RemoteClient:
     """One registration and one game. `run(max_races, stop)` plays and sends races until `stop` is set."""
 
-    def __init__(self, url: str, token: str, name: str, index: int = 0, games: int = 1, log: Callable[[str], None] = print):
-        self.url, self.token, self.name = url, token, name
+    def __init__(
+        self, url: str, token: str, name: str, index: int = 0, games: int = 1, log: Callable[[str], None] = print, game: str = GAME
+    ):
+        self.url, self.token, self.name, self.game = url, token, name, game
         self.index, self.games = index, games
         self.log = log
         self.api = Api(url, token)
@@ -196,7 +200,7 @@ class RemoteClient:
         attempt = 0
         while not stop.is_set():
             try:
-                request = {"name": self.name, "game": GAME, "protocol_version": PROTOCOL_VERSION}
+                request = {"name": self.name, "game": self.game, "protocol_version": PROTOCOL_VERSION}
                 status, answer = self.api.json("POST", "/v1/register", request)
             except ServerGone as e:
                 self._back_off(attempt, f"register: {e}", stop)
@@ -247,10 +251,11 @@ class RemoteClient:
         contract = answer["contract"]
         cfg = config_from_values(answer["settings"], game_backend=contract["game"], source="the server's settings", inputs=answer["inputs"])
         layout = float_layout_for(cfg, cfg.game_backend)
-        if [1, cfg.H_downsized, cfg.W_downsized] != contract["frame_shape"] or layout.dim != contract["float_dim"]:
+        if list(frame_shape(cfg)) != contract["frame_shape"] or layout.dim != contract["float_dim"]:
             ours = f"frames {cfg.H_downsized}x{cfg.W_downsized} and {layout.dim} floats"
             raise RuntimeError(f"this client's game gives {ours}; the run wants {contract['frame_shape']} and {contract['float_dim']}")
-        self.fields = wire.race_fields(tuple(contract["frame_shape"]), contract["float_dim"], contract["n_actions"])
+        race_keys = game_backend(cfg.game_backend).race_keys  # the optional fields this game's races carry
+        self.fields = wire.race_fields(tuple(contract["frame_shape"]), contract["float_dim"], contract["n_actions"], race_keys)
         network = make_network(cfg, layout, len(cfg.inputs), "cpu")
         self.weights = RemoteWeights(Api(self.url, self.token), network, self, self.log)
         if not self.weights.wait_first(120.0):

@@ -19,9 +19,10 @@ import numpy as np
 import torch
 
 from trackmania_rl.agents import schedules
-from trackmania_rl.config.loader import ConfigError
+from trackmania_rl.config.loader import ConfigError, frame_shape
 from trackmania_rl.config.values import config_to_values
-from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, require_road_tiles, validate_envelope
+from trackmania_rl.games.backend import game_backend as game_backend_named
+from trackmania_rl.rollouts.contract import REWARD_KEYS, InvalidRollout, RolloutShape, require_reward_keys, validate_envelope
 from trackmania_rl.rollouts.http import onnx_policy, wire
 from trackmania_rl.rollouts.http.clients import ClientTable, TooManyClients
 from trackmania_rl.rollouts.http.server import API_VERSION, ApiError, UvicornThread, bind, build_app, is_loopback, parse_listen
@@ -48,8 +49,9 @@ def _wire_array(tensor) -> np.ndarray:
 
 
 def max_race_states(cfg) -> int:
-    """The most states a race of this config can have: its overall cut-off in actions, plus the margin."""
-    return cfg.cutoff_rollout_if_race_not_finished_within_duration_ms // cfg.ms_per_action + RACE_STATES_MARGIN
+    """The most states a race of this config can have: its overall cut-off in actions, plus the margin. An int, also
+    when an action's game time is not a whole number of ms (a Gymnasium env's: Enduro's 4000/60)."""
+    return int(cfg.cutoff_rollout_if_race_not_finished_within_duration_ms // cfg.ms_per_action) + RACE_STATES_MARGIN
 
 
 def race_body_cap(cfg, shape: RolloutShape) -> int:
@@ -74,7 +76,7 @@ class HttpSource(RolloutSource):
         self.sock = sock
         self.run_name = run_name
         self.log = log
-        self.fields = wire.race_fields(shape.frame_shape, shape.float_dim, shape.n_actions)
+        self.fields = wire.race_fields(shape.frame_shape, shape.float_dim, shape.n_actions, game_backend_named(game_backend).race_keys)
         self.queue: queue.Queue = queue.Queue(maxsize=live.current.http_queue_size)
         self.clients = ClientTable()
         # a client's map-cycle share: producer first_producer + its slot, after the run's collectors and Ray actors
@@ -189,10 +191,12 @@ class HttpSource(RolloutSource):
             "actions": [dict(a) for a in cfg.inputs],
             "n_actions": self.shape.n_actions,
             "frame_shape": list(self.shape.frame_shape),
+            "race_fields": wire.fields_in_words(self.fields),  # what this game's races carry
             "frame_dtype": "uint8",
             "float_dim": self.shape.float_dim,
             "float_layout": [{"name": s.name, "size": s.size} for s in self.layout.segments],
             "ms_per_action": cfg.ms_per_action,
+            "reward_keys": [key for setting, key in REWARD_KEYS if getattr(cfg, setting) != 0],  # required by the rewards
             "max_states": max_race_states(cfg),
             "max_body_bytes": self.race_body_cap(),
             "max_policy_lag": cfg.max_policy_lag,
@@ -302,7 +306,7 @@ class HttpSource(RolloutSource):
             race = wire.decode_race(unpacked, self.fields, max_race_states(cfg))
             meta = {**race.meta, "source": SOURCE_NAME, "collector": client_id}
             envelope = validate_envelope((race.rollout_results, race.end_race_stats, meta), self.shape)
-            require_road_tiles(race.rollout_results, cfg)  # the learner would refuse it: the client is told now
+            require_reward_keys(race.rollout_results, cfg)  # the learner would refuse it: the client is told now
         except (wire.WireError, InvalidRollout) as e:
             raise self._refuse("invalid", 422, str(e)) from None
         versions = race.rollout_results["policy_version"]
@@ -377,6 +381,6 @@ def make_http_source(context, listen: str, first_producer: int = 0) -> HttpSourc
         raise ConfigError(f"http_listen {listen}: cannot listen there: {e}") from None
     context.log(f"HTTP endpoint for game clients: http://{listen.rsplit(':', 1)[0]}:{sock.getsockname()[1]}/v1 (API v{API_VERSION})")
     n_actions = len(cfg.inputs)
-    shape = RolloutShape((1, cfg.H_downsized, cfg.W_downsized), context.layout.dim, n_actions)
+    shape = RolloutShape(frame_shape(cfg), context.layout.dim, n_actions)
     name = context.run_dir.name
     return HttpSource(context.live, context.game_backend, context.layout, shape, token, sock, name, context.log, first_producer)

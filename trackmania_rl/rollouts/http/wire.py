@@ -16,7 +16,7 @@ from typing import NamedTuple
 import msgpack
 import numpy as np
 
-from trackmania_rl.games.base import ROAD_TILE_COUNTS, ROAD_TILES_MISSED, ROAD_TILES_TOUCHED
+from trackmania_rl.games.base import CENTERLINE_RACE_KEYS, GAME_REWARD, ROAD_TILE_COUNTS, ROAD_TILES_MISSED, ROAD_TILES_TOUCHED
 from trackmania_rl.rollouts.contract import FURTHEST_ZONE, POLICY_VERSION, RACE_TIME
 
 # numpy type strings allowed on the wire: no object, no big-endian, no strings, no datetimes
@@ -49,15 +49,18 @@ class FieldSpec(NamedTuple):
     optional: bool = False  # a game may leave it out
 
 
-def race_fields(frame_shape: tuple, float_dim: int, n_actions: int) -> dict[str, FieldSpec]:
-    """What each per-step field of a race must be for a run with this rollout shape."""
+def race_fields(frame_shape: tuple, float_dim: int, n_actions: int, race_keys: tuple = CENTERLINE_RACE_KEYS) -> dict[str, FieldSpec]:
+    """What each per-step field of a race must be for a run with this rollout shape. `race_keys`: the optional keys
+    the run's game carries (GameBackend.race_keys), required of its clients; road tiles stay optional (the reward terms
+    that need them are checked after decoding)."""
     ints, floats = ("<i4", "<i8"), ("<f4", "<f8")
+    centerline = "current_zone_idx" not in race_keys  # optional when the game has no centerline
     return {
         "frames": FieldSpec(("|u1",), tuple(frame_shape), True),
         "state_float": FieldSpec(("<f4",), (float_dim,), True),
-        "current_zone_idx": FieldSpec(ints, (), True),
-        "meters_advanced_along_centerline": FieldSpec(floats, (), True),
-        "car_gear_and_wheels": FieldSpec(("<f4",), (None,), True, nan_allowed=True),
+        "current_zone_idx": FieldSpec(ints, (), True, optional=centerline),
+        "meters_advanced_along_centerline": FieldSpec(floats, (), True, optional=centerline),
+        "car_gear_and_wheels": FieldSpec(("<f4",), (None,), True, nan_allowed=True, optional=centerline),
         "actions": FieldSpec(ints + ("|u1",), (), False),
         "action_was_greedy": FieldSpec(("|b1",), (), False),
         "q_values": FieldSpec(("<f4",), (n_actions,), False),
@@ -65,7 +68,16 @@ def race_fields(frame_shape: tuple, float_dim: int, n_actions: int) -> dict[str,
         POLICY_VERSION: FieldSpec(ints, (), False),
         ROAD_TILES_TOUCHED: FieldSpec(ints, (), True, optional=True),
         ROAD_TILES_MISSED: FieldSpec(ints, (), True, optional=True),
+        GAME_REWARD: FieldSpec(floats, (), False, optional=GAME_REWARD not in race_keys),
     }
+
+
+def fields_in_words(fields: dict[str, FieldSpec]) -> dict[str, str]:
+    """Each field of a race, "required" or "optional", for the contract a client reads (GET /v1/contract)."""
+    words = {name: "optional" if spec.optional else "required" for name, spec in fields.items()}
+    words[FURTHEST_ZONE] = words["current_zone_idx"]
+    words[RACE_TIME] = "only when finished"
+    return words
 
 
 # ------------------------------------------------------------------------------------------- arrays
@@ -140,12 +152,13 @@ def encode_race(client_id: str, seq: int, rollout_results: dict, end_race_stats:
             array = array.astype(np.uint8, copy=False)
         elif name in ("action_was_greedy", "input_w"):
             array = array.astype(np.bool_, copy=False)
-        elif name == "meters_advanced_along_centerline":
+        elif name in ("meters_advanced_along_centerline", GAME_REWARD):
             array = array.astype(np.float64, copy=False)
         else:
             array = array.astype(np.float32, copy=False)
         race[name] = encode_array(array)
-    race[FURTHEST_ZONE] = int(rollout_results[FURTHEST_ZONE])
+    if FURTHEST_ZONE in rollout_results:
+        race[FURTHEST_ZONE] = int(rollout_results[FURTHEST_ZONE])
     if RACE_TIME in rollout_results:
         race[RACE_TIME] = int(rollout_results[RACE_TIME])
     return pack({"client_id": client_id, "seq": int(seq), "race": race, "end_race_stats": plain(end_race_stats), "meta": plain(meta)})
@@ -230,10 +243,11 @@ def decode_race(body: dict, fields: dict[str, FieldSpec], max_states: int) -> De
         if count > max_states:
             raise WireError(f"`race.{name}` has {count} steps: more than the longest race allows ({max_states})")
         rollout_results[name] = _steps(array, name)
-    furthest = race.get(FURTHEST_ZONE)
-    if not _is_int(furthest) or furthest < 0:
-        raise WireError(f"`race.{FURTHEST_ZONE}` must be an integer >= 0, got {furthest!r}")
-    rollout_results[FURTHEST_ZONE] = furthest
+    if "current_zone_idx" in rollout_results or FURTHEST_ZONE in race:  # a race along a centerline
+        furthest = race.get(FURTHEST_ZONE)
+        if not _is_int(furthest) or furthest < 0:
+            raise WireError(f"`race.{FURTHEST_ZONE}` must be an integer >= 0, got {furthest!r}")
+        rollout_results[FURTHEST_ZONE] = furthest
     if finished:
         if not _is_int(race[RACE_TIME]) or race[RACE_TIME] <= 0:
             raise WireError(f"`race.{RACE_TIME}` must be a positive integer of ms, got {race[RACE_TIME]!r}")

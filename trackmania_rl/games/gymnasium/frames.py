@@ -1,0 +1,83 @@
+"""From an env's image to the network's frames: grey, cropped, resized by area, and the last C stacked.
+
+`FramePreparer(cfg)(image) -> (H, W) uint8`: an RGB (h, w, 3) or grey (h, w) / (h, w, 1) image, cut by `frame_crop`
+(top, bottom, left, right), made grey (OpenCV's RGB2GRAY: 0.299 R + 0.587 G + 0.114 B) and resized to
+W_downsized x H_downsized with area interpolation (the mean of the pixels each output pixel covers).
+
+`FrameHistory(C, H, W)`: the frames of one race in order, each state's stack a view of the last C of them (no copy:
+a race's C-frame states cost the memory of single frames), the first frame of an episode repeated before it.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from trackmania_rl.config.schema import ConfigError
+
+FIRST_CAPACITY = 1_024  # frames a history holds before it grows (doubling)
+
+
+def describe_preprocessing(cfg) -> str:
+    crop = "" if cfg.frame_crop is None else f" cut by (top, bottom, left, right) = {tuple(cfg.frame_crop)} pixels,"
+    return (
+        f"The env's image ({cfg.gymnasium_env_id}'s observation),{crop} in grey (OpenCV COLOR_RGB2GRAY: 0.299 R + 0.587 G + "
+        f"0.114 B, rounded; a grey image as it is), resized to {cfg.W_downsized} x {cfg.H_downsized} by OpenCV INTER_AREA, "
+        f"uint8; the last {cfg.frame_stack} such frames stacked as channels, oldest first, shape ({cfg.frame_stack}, "
+        f"{cfg.H_downsized}, {cfg.W_downsized}); an episode's first frame stands for the frames before it. No other "
+        "scaling: the network maps the bytes to [-1, 1) itself."
+    )
+
+
+class FramePreparer:
+    def __init__(self, cfg):
+        self.size = (int(cfg.W_downsized), int(cfg.H_downsized))
+        self.crop = tuple(cfg.frame_crop) if cfg.frame_crop is not None else (0, 0, 0, 0)
+
+    def check(self, image_shape: tuple, env_id: str) -> None:
+        """ConfigError when the env's observation is not an image this can prepare."""
+        shape = tuple(image_shape)
+        if len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] not in (1, 3)):
+            raise ConfigError(
+                f"setting `gymnasium_env_id` = {env_id!r}: its observation of shape {shape} is not an image "
+                "((h, w, 3) RGB or (h, w) grey uint8)"
+            )
+        top, bottom, left, right = self.crop
+        if top + bottom >= shape[0] or left + right >= shape[1]:
+            raise ConfigError(f"setting `frame_crop` = {self.crop} leaves nothing of {env_id}'s {shape[1]} x {shape[0]} image")
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        top, bottom, left, right = self.crop
+        image = image[top : image.shape[0] - bottom, left : image.shape[1] - right]
+        if image.ndim == 3 and image.shape[2] == 3:
+            image = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY)
+        elif image.ndim == 3:
+            image = image[:, :, 0]
+        return cv2.resize(np.ascontiguousarray(image, dtype=np.uint8), self.size, interpolation=cv2.INTER_AREA)
+
+
+class FrameHistory:
+    """The frames of a race; `stack()` is the state now: the last C frames as a (C, H, W) view."""
+
+    def __init__(self, stack: int, height: int, width: int):
+        self.c = int(stack)
+        self._frames = np.empty((FIRST_CAPACITY + self.c, height, width), np.uint8)
+        self._n = 0
+
+    def start(self, recent: np.ndarray) -> None:
+        """A new race whose state is `recent` (C, H, W): the last C frames before it (an episode's first frame repeated,
+        or where the previous race of the same episode ended). The array is fresh: states handed out earlier keep theirs."""
+        self._frames = np.empty_like(self._frames)
+        self._frames[: self.c] = recent
+        self._n = self.c
+
+    def push(self, frame: np.ndarray) -> None:
+        if self._n == len(self._frames):  # grow: the views already handed out keep the old array alive
+            grown = np.empty((2 * len(self._frames), *self._frames.shape[1:]), np.uint8)
+            grown[: self._n] = self._frames
+            self._frames = grown
+        self._frames[self._n] = frame
+        self._n += 1
+
+    def stack(self) -> np.ndarray:
+        return self._frames[self._n - self.c : self._n]
