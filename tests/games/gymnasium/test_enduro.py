@@ -122,7 +122,16 @@ def test_an_episode_goes_on_over_races_until_the_game_ends_it(enduro_cfg):
         assert experience.terminal_actions[-1] == 1 and np.isfinite(experience.terminal_actions).all()
         # the next race starts a new episode on its own map
         _, stats = game.rollout(policy, MapSpec("train", 7), np.zeros((0, 0)), lambda: None)
-        assert stats["episode_seed"] == 7
+        assert stats["episode_seed"] == 7 and stats["end_reason"] == "cutoff"
+        # an evaluation race (it fills no buffer) plays its own map's episode, and leaves none to go on with
+        evaluation = MapSpec("eval", 8, is_explo=False, fill_buffer=False)
+        first, stats = game.rollout(policy, evaluation, np.zeros((0, 0)), lambda: None)
+        assert stats["episode_seed"] == 8 and stats["end_reason"] == "cutoff"
+        assert all(np.array_equal(first["frames"][0][0], first["frames"][0][k]) for k in range(4))  # an episode's start
+        again, stats = game.rollout(policy, evaluation, np.zeros((0, 0)), lambda: None)
+        assert stats["episode_seed"] == 8 and np.array_equal(again["frames"][5], first["frames"][5])  # the same start again
+        _, stats = game.rollout(policy, MapSpec("train", 9), np.zeros((0, 0)), lambda: None)
+        assert stats["episode_seed"] == 9  # the training episode of seed 7 was left when the evaluation reset the game
     finally:
         game.close()
 

@@ -13,7 +13,9 @@ Races end by the instance's `rules`:
 - "training": the same, and besides, a race of an episode still going after
   `cutoff_rollout_if_race_not_finished_within_duration_ms` of game time is handed over cut off (it bootstraps) and the
   next race goes on with the same episode from where it stopped (an Atari episode lasts up to 30 minutes: 27,000
-  actions would be one rollout of ~760 MB). The map of that next race is not used until the episode ends.
+  actions would be one rollout of ~760 MB). The map of that next race is not used until the episode ends. Only races
+  that fill the buffer go on with an episode: an evaluation race (`fill_buffer` False: held-out, evaluate.py, watch.py)
+  always starts its own map's episode, and leaves none to go on with.
 
 end_race_stats: `race_finished` (False: a race of these games has no finish line), `race_time` (the overall cut-off,
 as for an unfinished CarRacing race), `race_time_for_ratio` (game ms played), `native_score` (the env's reward summed
@@ -167,7 +169,9 @@ class GymnasiumGameInstance(GameInstance):
         cfg, clock = self.cfg, self.clock
         t_start = clock()
         race = _Race({key: [] for key in ("frames", "state_float", "actions", "action_was_greedy", "q_values", "input_w", GAME_REWARD)})
-        episode = self._episode if self.rules == RULES_TRAINING else None
+        # only a training race goes on with the episode a training race left: an evaluation race starts its map's own
+        continues = self.rules == RULES_TRAINING and map_spec.fill_buffer
+        episode = self._episode if continues else None
         if episode is None:
             episode = self._new_episode(int(map_spec.seed))
         race.timings["reset"] = clock() - t_start
@@ -222,7 +226,7 @@ class GymnasiumGameInstance(GameInstance):
                 break
         episode.game_return += race.score
         episode.recent = history.stack().copy()
-        self._episode = episode if race.end_reason == END_CUTOFF else None
+        self._episode = episode if continues and race.end_reason == END_CUTOFF else None
         n_actions = len(results["actions"])
         if terminated:
             results["race_time"] = max(1, int(round(n_actions * cfg.ms_per_action)))
