@@ -193,6 +193,9 @@ max_training_backlog_batches = 400
 # ("sqrt") or x N ("linear"). One learner: no effect.
 learners_lr_scaling = "sqrt"
 learner_group_timeout_s = 120  # [restart] a rank that does not answer a collective this long stops the run (exit 1)
+# [restart] How the ranks' gradients are averaged in each step: "overlap" (in buckets, each all_reduce started while
+# backward goes on) or "after_backward" (one all_reduce once backward has finished). docs/cluster.md says what each costs.
+learners_gradient_exchange = "overlap"
 
 # ---------------------------------------------------------------------------------------------------
 # Remote rollout sources (optional installs; off by default). collectors_count may be 0 when one is on.

@@ -6,7 +6,8 @@
     python scripts/benchmark.py enduro       # Enduro's collector stages and learner step (pip install -e ".[atari]"); not in `all`
     python scripts/benchmark.py learner --device cuda   # the train-step figures on a GPU
     python scripts/benchmark.py absorb --device cuda    # the learner's capacity (races taken, stored, learned) on a GPU
-    python scripts/benchmark.py learners                # 2 data-parallel CPU ranks vs 1 (scaling_2, allreduce_ms)
+    python scripts/benchmark.py learners                # 2 data-parallel CPU ranks vs 1 (scaling_2, step_ms), both precisions
+    python scripts/benchmark.py learners --precision bfloat16   # one precision only
     python scripts/benchmark.py learners_lr             # the lr rule of 2 ranks on a TD-loss proxy; not in `all`
 Each suite lives in trackmania_rl/benchmarks/<suite>.py as `run(args) -> iterator of figure dicts`.
 """
@@ -28,6 +29,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, figures are noisier)")
     device_help = "torch device of the learner's train step (learner and absorb suites): cpu (default), cuda[:i] or auto (cuda if present)"
     parser.add_argument("--device", default="cpu", help=device_help)
+    precision_help = "the learners suite's train-step precision: float32, bfloat16 or both (default)"
+    parser.add_argument("--precision", choices=("float32", "bfloat16", "both"), default="both", help=precision_help)
     args = parser.parse_args(argv)
     try:
         choose_device(args.device)

@@ -18,7 +18,7 @@ from trackmania_rl.agents.training import Trainer, make_optimizer
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner import checkpoint as ckpt
-from trackmania_rl.learner_group.gradients import GradientExchange
+from trackmania_rl.learner_group.gradients import make_gradient_exchange
 from trackmania_rl.learner_group.rank_learner import RankLearner
 from trackmania_rl.learner_group.rendezvous import GroupConnection, connect_store
 from trackmania_rl.learner_group.training_thread import GroupTrainingThread, take_rank0_state
@@ -74,7 +74,10 @@ def poisoned(cfg, seed: int) -> dict:
     return out
 
 
-def step_as_rank(rank: int, port: int, replies, done) -> None:
+SMALL_BUCKET_BYTES = 4096  # the tiny network's gradients in several buckets
+
+
+def step_as_rank(rank: int, port: int, replies, done, kind: str = "overlap") -> None:
     """A spawned rank: one averaged step on its own batch, then one on a batch with a NaN (rank 1 only: rank 0's is
     fine); replies its pid, its weights' digest after each step and its skipped steps, then waits for `done`."""
     torch.set_num_threads(1)
@@ -82,7 +85,7 @@ def step_as_rank(rank: int, port: int, replies, done) -> None:
     store = connect_store(HOST, port, 2, TIMEOUT_S)
     connection = GroupConnection.join(store, rank, 2, HOST, TIMEOUT_S, "cpu")
     t = trainer(cfg)
-    t.gradient_exchange = GradientExchange(connection.gradients, 2, t.online.parameters())
+    t.gradient_exchange = make_gradient_exchange(kind, connection.gradients, 2, t.online.parameters(), SMALL_BUCKET_BYTES)
     t.train_on_tensors(batch(cfg, seed=100 + rank))
     first = ckpt.weights_digest(t.online.state_dict())
     t.train_on_tensors(poisoned(cfg, seed=200 + rank))
@@ -107,7 +110,7 @@ def feed(learner, races: int, seed: int) -> None:
 def group_of(learner, store, rank: int) -> GroupTrainingThread:
     """The rank's training thread in a group of 2, from rank 0's weights (as a group starts)."""
     connection = GroupConnection.join(store, rank, 2, HOST, TIMEOUT_S, "cpu")
-    learner.trainer.gradient_exchange = GradientExchange(connection.gradients, 2, learner.online.parameters())
+    learner.trainer.gradient_exchange = make_gradient_exchange("overlap", connection.gradients, 2, learner.online.parameters())
     take_rank0_state(learner, connection)
     return GroupTrainingThread(learner, connection, log=lambda m: None)
 

@@ -10,13 +10,14 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.learner_group import helpers
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner_group.agreement import plan_of
 from trackmania_rl.learner_group.coordinator import split_collectors
-from trackmania_rl.learner_group.gradients import GradientExchange
+from trackmania_rl.learner_group.gradients import OverlappedExchange, make_gradient_exchange
 from trackmania_rl.learner_group.rendezvous import GroupConnection, LearnerGroupError, StoreServer, connect_store
 
 
@@ -48,18 +49,26 @@ def listening_sockets(pid: int) -> set[tuple[str, int]]:
     return found
 
 
-def test_two_ranks_step_as_one_learner_on_both_batches_skip_a_non_finite_step_together_and_listen_on_loopback_only():
+@pytest.mark.parametrize("kind", ["overlap", "after_backward"])
+def test_two_ranks_step_as_one_learner_on_both_batches_skip_a_non_finite_step_together_and_listen_on_loopback_only(kind):
     cfg = helpers.tiny_cfg()
     before = _listening(os.getpid())
     server = StoreServer(helpers.HOST, 2, helpers.TIMEOUT_S)
     context = multiprocessing.get_context("spawn")
     replies, done = context.Queue(), context.Event()
-    child = context.Process(target=helpers.step_as_rank, args=(1, server.port, replies, done))
+    child = context.Process(target=helpers.step_as_rank, args=(1, server.port, replies, done, kind))
     child.start()
     try:
         connection = GroupConnection.join(server.store, 0, 2, helpers.HOST, helpers.TIMEOUT_S, "cpu")
         rank0 = helpers.trainer(cfg)
-        rank0.gradient_exchange = GradientExchange(connection.gradients, 2, rank0.online.parameters())
+        exchange = make_gradient_exchange(kind, connection.gradients, 2, rank0.online.parameters(), helpers.SMALL_BUCKET_BYTES)
+        rank0.gradient_exchange = exchange
+        # a backward outside a train step (a probe, a tool) starts no collective: rank 1 takes part in none
+        probe_loss, _ = rank0.compute_loss(helpers.batch(cfg, seed=7))
+        probe_loss.backward()
+        rank0.optimizer.zero_grad(set_to_none=True)
+        if isinstance(exchange, OverlappedExchange):
+            assert exchange.next_bucket == 0 and all(bucket.work is None for bucket in exchange.buckets)
         own = helpers.batch(cfg, seed=100)
         rank0.train_on_tensors(own)
         after_one = ckpt.weights_digest(rank0.online.state_dict())
@@ -80,7 +89,11 @@ def test_two_ranks_step_as_one_learner_on_both_batches_skip_a_non_finite_step_to
         grouped, single, own_only = (list(t.online.parameters()) for t in (rank0, one, alone))
         assert all(torch.allclose(g, o, rtol=1e-5, atol=1e-6) for g, o in zip(grouped, single, strict=True))
         assert not all(torch.allclose(g, a, rtol=1e-5, atol=1e-6) for g, a in zip(grouped, own_only, strict=True))
-        assert rank0.gradient_exchange.exchanges == 2
+        assert exchange.exchanges == 2
+        if isinstance(exchange, OverlappedExchange):  # the buckets' all_reduces began while backward went on
+            assert len(exchange.buckets) > 2
+            assert exchange.started_during_backward >= 2 * (len(exchange.buckets) - 1)
+        assert rank0.phases.learning_steps == 2 and rank0.phases.exchange > 0
 
         # the store, both ranks' gloo devices: on the loopback address the group was given, never on every interface
         opened = (_listening(os.getpid()) - before) | _listening(child_pid)
@@ -139,3 +152,20 @@ def test_the_store_server_releases_its_listening_socket_once_when_the_store_is_n
         os.fstat(read_end), os.fstat(write_end)  # the store closed its own socket, not the pipe
     finally:
         os.close(read_end), os.close(write_end)
+
+
+def test_the_ranks_take_their_hidden_test_batches_at_the_same_steps_and_their_training_batches_each_its_own(tmp_path):
+    cfg = helpers.tiny_cfg(buffer_test_ratio=0.3)
+    learners = [helpers.rank_learner(cfg, rank, 2, tmp_path / f"rank{rank}") for rank in (0, 1)]
+    for rank, learner in enumerate(learners):
+        helpers.feed(learner, 4, seed=100 * rank)
+        assert len(learner.buffer_test) > 0
+    draws = [[learner.batches.next() for _ in range(60)] for learner in learners]
+    kinds = [[is_test for is_test, _ in ranks_draws] for ranks_draws in draws]
+    # a rank's test batch would hold the other at the next exchange: every rank tests at the same steps
+    assert kinds[0] == kinds[1] and 3 < sum(kinds[0]) < 57
+    # ... while each rank samples its own transitions
+    first_training = [next(batch for is_test, batch in ranks_draws if not is_test) for ranks_draws in draws]
+    assert not torch.equal(first_training[0]["index"], first_training[1]["index"])
+    for learner in learners:
+        learner.batches.close()

@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 from torch import nn
 
+from trackmania_rl.agents.step_phases import StepPhases, since
 from trackmania_rl.agents.step_results import StepResult
 
 TAU_KEYS = ("taus", "next_taus_target", "next_taus_online")  # a batch's quantile fractions: online, target and ddqn
@@ -84,9 +86,10 @@ class Trainer:
         self.n_quantiles = int(cfg.iqn_n)
         self.nonfinite_steps_skipped = 0
         self.graphed = None  # a GraphedTrainStep (graphed_step.py) runs the steps when set: CUDA graphs
-        # called with the parameters after backward, before clipping: a learner group averages the gradients of its
-        # ranks there (learner_group/gradients.py), so that every rank clips, skips and steps alike
+        # a learner group's exchange (learner_group/gradients.py): start() before backward, finish() after it and
+        # before clipping: the ranks' gradients averaged, so that every rank clips, skips and steps alike
         self.gradient_exchange = None
+        self.phases = StepPhases()
 
     @property
     def use_amp(self) -> bool:
@@ -142,21 +145,36 @@ class Trainer:
         return StepResult.known(*self._eager_step(batch, do_learn))
 
     def _eager_step(self, batch: dict, do_learn: bool) -> tuple[float, float, torch.Tensor]:
+        phases, start = self.phases, time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         with torch.set_grad_enabled(do_learn):  # test batches build no graph
             loss, per_sample = self.compute_loss(batch)
         grad_norm = 0.0
-        if do_learn:
-            loss.backward()
-            if self.gradient_exchange is not None:
-                self.gradient_exchange(self.online.parameters())
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.cfg.clip_grad_norm))
-            if math.isfinite(grad_norm):
-                torch.nn.utils.clip_grad_value_(self.online.parameters(), self.cfg.clip_grad_value)
-                self.optimizer.step()
-            else:
-                self.optimizer.zero_grad(set_to_none=True)
-                self.nonfinite_steps_skipped += 1
+        if not do_learn:
+            phases.testing += time.perf_counter() - start
+            phases.test_steps += 1
+            return float(loss.detach()), grad_norm, per_sample
+        elapsed, start = since(start)
+        phases.forward += elapsed
+        exchange = self.gradient_exchange
+        if exchange is not None:
+            exchange.start()
+        loss.backward()
+        elapsed, start = since(start)
+        phases.backward += elapsed
+        if exchange is not None:
+            exchange.finish()
+            elapsed, start = since(start)
+            phases.exchange += elapsed
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.cfg.clip_grad_norm))
+        if math.isfinite(grad_norm):
+            torch.nn.utils.clip_grad_value_(self.online.parameters(), self.cfg.clip_grad_value)
+            self.optimizer.step()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.nonfinite_steps_skipped += 1
+        phases.optimizer += time.perf_counter() - start
+        phases.learning_steps += 1
         return float(loss.detach()), grad_norm, per_sample
 
     def train_on_batch(self, buffer, do_learn: bool = True) -> tuple[float, float]:

@@ -1,22 +1,27 @@
-"""Data-parallel learners (issue 29): how much more two ranks learn than one, and what a gradient exchange costs.
+"""Data-parallel learners (issues 29, 49): how much more two ranks learn than one, and where a rank's step time goes.
 
 Real CarRacing races are recorded first (benchmarks/recorded_races.py) and replayed into real learners
 (benchmarks/absorb.py's ReplaySource): each learner is a spawned process with one torch thread, the default config
-(float32 steps, so that every configuration runs the same arithmetic) and a replay ratio so high that its training
-thread never runs out of credit, its buffers filled once before timing. Three processes live through the benchmark:
-one learner alone (learner/learner.py with its TrainingThread: what `--learners 1` runs) and the two ranks of a
-group (learner_group/: RankLearner, GroupTrainingThread, gloo on loopback). Their training threads stay paused
-except during their windows, which alternate (alone, group, alone, ...) so that both see the same machine.
-- `learners.scaling_2`: learned transitions/s (learning batches x batch size, summed over the ranks) of the two ranks
-  ÷ those of the learner alone, same per-rank batch; median of the windows' pairs. Target >= 1.8 (each added
-  learner at least 0.8 of one).
-- `learners.scaling_4` (machines of 4 cores or more): the same with a group of four ranks (target >= 3.4).
+in one precision (float32, then bfloat16: `--precision` picks one) and a replay ratio so high that its training
+thread never runs out of credit, its buffers filled once before timing. Per precision, these processes live through
+the benchmark: one learner alone (learner/learner.py with its TrainingThread: what `--learners 1` runs), a second
+one for `independent`, and a group of two ranks per gradient exchange (learner_group/: RankLearner,
+GroupTrainingThread, gloo on loopback; `overlap` and `after_backward`, learner_group/gradients.py). Their training
+threads stay paused except during their windows, which alternate (alone, each group, both alone, ...) so that all
+see the same machine.
+- `learners.scaling_2` (per precision and exchange): learned transitions/s (learning batches x batch size, summed over
+  the ranks) of the two ranks ÷ those of the learner alone, same per-rank batch; median of the windows' pairs.
+  Target >= 1.8 (each added learner at least 0.8 of one).
+- `learners.scaling_4` (machines of 4 cores or more, the config's exchange): the same with four ranks (target >= 3.4).
 - `learners.independent_2`: the machine's own ceiling for two: two learners alone, unrelated, training at the same
   time (their transitions/s summed) ÷ one learner alone, in the same alternation. What scaling_2 loses below it is the
   group's (exchanges, agreements, waiting for the slower rank); what it loses below 2 is the machine's (shared caches
   and memory bandwidth, clock).
-- `learners.allreduce_ms`: one gradient exchange of the default network (GradientExchange: one all_reduce of every
-  gradient, flattened, between the two ranks), median of 100 after the windows.
+- `learners.step_ms` (per precision and configuration): where a learning step's time goes, ms per step, summed over
+  the windows: sampling the batch, forward, backward, exchange (the wait for the averaged gradients after backward),
+  optimizer, hidden-test batches, agreement rounds, and the rest of the training thread's loop (`other`).
+- `learners.allreduce_ms`: one gradient exchange of the default network after backward (one all_reduce of every
+  gradient, flattened, between the two ranks, both ready: the transfer alone), median of 100 after the windows.
 - `learners.agreement_ms`: one agreement round before a chunk of steps (an all_gather of 8 integers), median of 100.
 """
 
@@ -32,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from trackmania_rl.agents.step_phases import PHASES
 from trackmania_rl.benchmarks.absorb import RECORDING_FRAMES_PLAYED, ReplaySource, _fill_once
 from trackmania_rl.benchmarks.pipeline import GAME_BACKEND, default_config_copy
 from trackmania_rl.benchmarks.recorded_races import SHIPPED_WEIGHTS, record_races
@@ -40,7 +46,7 @@ from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner.training_thread import TrainingThread
 from trackmania_rl.learner_group.agreement import FIELDS, Agreement
-from trackmania_rl.learner_group.gradients import GradientExchange
+from trackmania_rl.learner_group.gradients import EXCHANGES, AfterBackwardExchange, make_gradient_exchange
 from trackmania_rl.learner_group.rank_learner import RankLearner
 from trackmania_rl.learner_group.rendezvous import GroupConnection, StoreServer, connect_store
 from trackmania_rl.learner_group.training_thread import GroupTrainingThread, take_rank0_state
@@ -48,7 +54,8 @@ from trackmania_rl.learner_group.training_thread import GroupTrainingThread, tak
 HOST = "127.0.0.1"
 TIMEOUT_S = 300.0
 UNLIMITED_REPLAY_RATIO = 1_000_000
-EXCHANGES = 100
+EXCHANGES_TIMED = 100
+PRECISIONS = ("float32", "bfloat16")
 
 
 def _quiet(message: str) -> None:
@@ -67,7 +74,8 @@ def _ratio_figure(figure: str, rates: dict, kind: str, target: str | None = None
 
 def start_learner(rank: int, ranks: int, port: int, live, layout, device, folder: Path, source) -> tuple:
     """(learner, training thread not started, group connection or None) of one process: a lone learner when `ranks` is
-    1, else rank `rank` of a group joined through the store on HOST:port, starting from rank 0's weights as in a run."""
+    1, else rank `rank` of a group joined through the store on HOST:port, starting from rank 0's weights as in a run,
+    its gradients exchanged as the config says."""
     connection = None
     if ranks == 1:
         learner = Learner(live, layout, device, folder, source=source, log=_quiet, resume=False)
@@ -76,22 +84,31 @@ def start_learner(rank: int, ranks: int, port: int, live, layout, device, folder
         store = connect_store(HOST, port, ranks, TIMEOUT_S)
         connection = GroupConnection.join(store, rank, ranks, HOST, TIMEOUT_S, device)
         learner = RankLearner(live, layout, device, folder, rank=rank, ranks=ranks, source=source, log=_quiet, resume=False)
-        learner.trainer.gradient_exchange = GradientExchange(connection.gradients, ranks, learner.online.parameters())
+        kind = learner.cfg.learners_gradient_exchange
+        learner.trainer.gradient_exchange = make_gradient_exchange(kind, connection.gradients, ranks, learner.online.parameters())
         take_rank0_state(learner, connection)  # every rank starts from rank 0's weights, as in a run
         thread = GroupTrainingThread(learner, connection, wanted_threads=lambda: 1, log=_quiet)
     return learner, thread, connection
 
 
+def _seconds_by_phase(learner, thread) -> dict:
+    """The training thread's time so far by phase (agents/step_phases.py), its agreement rounds included."""
+    seconds = learner.trainer.phases.snapshot()
+    agreement = getattr(thread, "agreement", None)
+    seconds["agreement"] = agreement.seconds if agreement is not None else 0.0
+    return seconds
+
+
 def learner_process(rank: int, ranks: int, port: int, config_path: str, races: list, workdir: str, commands, replies) -> None:
     """One learner of the benchmark (alone when `ranks` is 1), driven by `commands`: ("run", seconds) trains that long
-    and replies (learning batches, seconds); ("exchanges", n) stops training and times n gradient exchanges and n
-    agreement rounds (ms); ("exit", None) ends."""
+    and replies (learning batches, seconds, seconds by phase in that window); ("exchanges", n) stops training and times
+    n gradient exchanges after backward and n agreement rounds (ms); ("exit", None) ends."""
     torch.set_num_threads(1)
     live = LiveConfig(Path(config_path), game_backend=GAME_BACKEND, log=_quiet)
     layout = float_layout_for(live.current)
     source = ReplaySource(races)
     device = torch.device("cpu")
-    folder = Path(workdir) / f"learner_{ranks}_{rank}"
+    folder = Path(workdir) / f"learner_{Path(config_path).stem}_{ranks}_{rank}_{os.getpid()}"
     learner, thread, connection = start_learner(rank, ranks, port, live, layout, device, folder, source)
     _fill_once(learner, source)
     thread.start()
@@ -101,22 +118,28 @@ def learner_process(rank: int, ranks: int, port: int, config_path: str, races: l
     while True:
         command, value = commands.get()
         if command == "run":
+            before = _seconds_by_phase(learner, thread)
             pause.__exit__(None, None, None)
             start, batches = time.perf_counter(), learner.stats.batches_done
             time.sleep(value)
             pause = thread.paused()
             pause.__enter__()
-            replies.put(("ran", learner.stats.batches_done - batches, time.perf_counter() - start))
+            seconds = time.perf_counter() - start
+            phases = {key: value - before[key] for key, value in _seconds_by_phase(learner, thread).items()}
+            replies.put(("ran", learner.stats.batches_done - batches, seconds, phases))
         elif command == "exchanges":
             thread.stop()  # the group's last round: the pg is the main thread's from here on
             pause.__exit__(None, None, None)
             thread.check()
-            exchange, agreement = learner.trainer.gradient_exchange, Agreement(connection.training, rank, ranks, 4)
+            exchange = AfterBackwardExchange(connection.gradients, ranks, learner.online.parameters())
+            agreement = Agreement(connection.training, rank, ranks, 4)
+            for parameter in learner.online.parameters():
+                parameter.grad = torch.ones_like(parameter)
             row = dict.fromkeys(FIELDS, 0)
             exchange_ms, agreement_ms = [], []
             for _ in range(value):
                 start = time.perf_counter()
-                exchange()
+                exchange.finish()
                 exchange_ms.append(1000 * (time.perf_counter() - start))
                 start = time.perf_counter()
                 agreement.round({**row, "batches_done": learner.stats.batches_done})
@@ -167,76 +190,118 @@ class _Learners:
             self.server.close()
 
 
+def _config_for(workdir: Path, base_text: str, precision: str, exchange: str) -> Path:
+    """The default config in `precision` with `exchange`, its replay ratio never short of credit."""
+    path = workdir / f"config_{precision}_{exchange}.py"
+    path.write_text(
+        base_text
+        + f"\nnumber_times_single_memory_is_used_before_discard = {UNLIMITED_REPLAY_RATIO}\n"
+        + f'training_precision = "{precision}"\nlearners_gradient_exchange = "{exchange}"\n'
+    )
+    return path
+
+
+def _step_ms(windows: list) -> dict:
+    """Rank 0's ms per learning step by phase over its windows (`learners.step_ms`); `other`: the rest of the window."""
+    batches = sum(reply[1] for reply in windows)
+    seconds = sum(reply[2] for reply in windows)
+    phases = {key: sum(reply[3][key] for reply in windows) for key in (*PHASES, "agreement")}
+    ms = {key: round(1000 * value / max(1, batches), 3) for key, value in phases.items()}
+    ms["other"] = round(1000 * (seconds - sum(phases.values())) / max(1, batches), 3)
+    ms["total"] = round(1000 * seconds / max(1, batches), 3)
+    return ms
+
+
+def _measure_precision(precision: str, base_text: str, races: list, workdir: Path, rounds: int, window_s: float, groups: list):
+    """The figures of one precision (module docstring)."""
+    paths = {exchange: _config_for(workdir, base_text, precision, exchange) for exchange in EXCHANGES}
+    default_exchange = "overlap"
+    alone = _Learners(1, paths[default_exchange], races, workdir)
+    other = _Learners(1, paths[default_exchange], races, workdir)  # with `alone`: two unrelated learners at once
+    groups += [alone, other]
+    kinds = {"alone": alone}
+    for exchange in EXCHANGES:
+        kinds[f"pair_{exchange}"] = _Learners(2, paths[exchange], races, workdir)
+        groups.append(kinds[f"pair_{exchange}"])
+    if (os.cpu_count() or 1) >= 4:
+        kinds["quad"] = _Learners(4, paths[default_exchange], races, workdir)
+        groups.append(kinds["quad"])
+    batch_size = alone.ready[0][2]
+    measured = alone.ready[0][1]
+    rates: dict[str, list[float]] = {kind: [] for kind in [*kinds, "independent"]}
+    windows: dict[str, list] = {kind: [] for kind in kinds}
+    load = [os.getloadavg()[0]]
+    for k in range(rounds):
+        order = [*kinds, "independent"]
+        for kind in order if k % 2 == 0 else order[::-1]:
+            if kind == "independent":
+                alone.send("run", window_s)
+                other.send("run", window_s)
+                rates[kind].append(sum(r[1] * batch_size / r[2] for r in alone.replies() + other.replies()))
+            else:
+                learners = kinds[kind]
+                rank0 = learners.ask("run", window_s)[0]  # rank 0's count: the ranks step together
+                windows[kind].append(rank0)
+                rates[kind].append(len(learners.processes) * rank0[1] * batch_size / rank0[2])
+        load.append(os.getloadavg()[0])
+    common = {"precision": measured, "batch_size": batch_size, "threads_per_rank": 1, "window_s": window_s, "cores": os.cpu_count()}
+    for exchange in EXCHANGES:
+        yield {
+            **_ratio_figure("learners.scaling_2", rates, f"pair_{exchange}", ">= 1.8"),
+            "exchange": exchange,
+            "learned_transitions_per_s_1": [round(r) for r in rates["alone"]],
+            "learned_transitions_per_s_2": [round(r) for r in rates[f"pair_{exchange}"]],
+            **common,
+            "load_average_1min": [round(x, 2) for x in load],
+        }
+    if "quad" in rates:
+        yield {
+            **_ratio_figure("learners.scaling_4", rates, "quad", ">= 3.4"),
+            "exchange": default_exchange,
+            "learned_transitions_per_s_4": [round(r) for r in rates["quad"]],
+            **common,
+        }
+    yield {
+        **_ratio_figure("learners.independent_2", rates, "independent"),
+        "learned_transitions_per_s_two_alone": [round(r) for r in rates["independent"]],
+        **common,
+    }
+    for kind in kinds:
+        step_ms = _step_ms(windows[kind])
+        yield {"figure": "learners.step_ms", "configuration": kind, "value": step_ms, "unit": "ms per learning step", **common}
+    replies = kinds["pair_after_backward"].ask("exchanges", EXCHANGES_TIMED)
+    _, exchange_ms, agreement_ms, floats = replies[0]
+    yield {
+        "figure": "learners.allreduce_ms",
+        "value": round(exchange_ms, 3),
+        "unit": "ms",
+        "gradient_floats": floats,
+        "gradient_mb": round(4 * floats / 2**20, 2),
+        "ranks": 2,
+        "backend": "gloo (loopback)",
+        "exchanges": EXCHANGES_TIMED,
+        "precision": measured,
+    }
+    yield {"figure": "learners.agreement_ms", "value": round(agreement_ms, 3), "unit": "ms", "ranks": 2, "precision": measured}
+
+
 def run(args):
     if getattr(args, "device", "cpu") != "cpu":
         raise SystemExit("benchmark.py learners measures CPU ranks (gloo); it has no --device")
     quick = args.quick
-    rounds, window_s = (2, 6.0) if quick else (4, 12.0)
+    rounds, window_s = (2, 6.0) if quick else (4, 10.0)
+    precisions = PRECISIONS if getattr(args, "precision", "both") == "both" else (args.precision,)
     workdir = Path(tempfile.mkdtemp(prefix="learners_benchmark_"))
     groups: list[_Learners] = []
     try:
         config_path, live = default_config_copy(workdir)
         races, _ = record_races(live.current, GAME_BACKEND, 3 if quick else 6, SHIPPED_WEIGHTS, RECORDING_FRAMES_PLAYED)
-        config_path.write_text(
-            config_path.read_text()
-            + f'\nnumber_times_single_memory_is_used_before_discard = {UNLIMITED_REPLAY_RATIO}\ntraining_precision = "float32"\n'
-        )
-        alone = _Learners(1, config_path, races, workdir)
-        other = _Learners(1, config_path, races, workdir)  # with `alone`: two unrelated learners at once
-        pair = _Learners(2, config_path, races, workdir)
-        groups += [alone, other, pair]
-        kinds = {"alone": alone, "pair": pair}
-        if (os.cpu_count() or 1) >= 4:
-            kinds["quad"] = _Learners(4, config_path, races, workdir)
-            groups.append(kinds["quad"])
-        batch_size = alone.ready[0][2]
-        rates: dict[str, list[float]] = {kind: [] for kind in [*kinds, "independent"]}
-        load = [os.getloadavg()[0]]
-        for k in range(rounds):
-            order = [*kinds, "independent"]
-            for kind in order if k % 2 == 0 else order[::-1]:
-                if kind == "independent":
-                    alone.send("run", window_s)
-                    other.send("run", window_s)
-                    rates[kind].append(sum(b * batch_size / s for _, b, s in alone.replies() + other.replies()))
-                else:
-                    learners = kinds[kind]
-                    _, batches, seconds = learners.ask("run", window_s)[0]  # rank 0's count: the ranks step together
-                    rates[kind].append(len(learners.processes) * batches * batch_size / seconds)
-            load.append(os.getloadavg()[0])
-        yield {
-            **_ratio_figure("learners.scaling_2", rates, "pair", ">= 1.8"),
-            "learned_transitions_per_s_1": [round(r) for r in rates["alone"]],
-            "learned_transitions_per_s_2": [round(r) for r in rates["pair"]],
-            "batch_size": batch_size,
-            "precision": alone.ready[0][1],
-            "threads_per_rank": 1,
-            "window_s": window_s,
-            "cores": os.cpu_count(),
-            "load_average_1min": [round(x, 2) for x in load],
-        }
-        if "quad" in rates:
-            yield {
-                **_ratio_figure("learners.scaling_4", rates, "quad", ">= 3.4"),
-                "learned_transitions_per_s_4": [round(r) for r in rates["quad"]],
-            }
-        yield {
-            **_ratio_figure("learners.independent_2", rates, "independent"),
-            "learned_transitions_per_s_two_alone": [round(r) for r in rates["independent"]],
-        }
-        replies = pair.ask("exchanges", EXCHANGES)
-        _, exchange_ms, agreement_ms, floats = replies[0]
-        yield {
-            "figure": "learners.allreduce_ms",
-            "value": round(exchange_ms, 3),
-            "unit": "ms",
-            "gradient_floats": floats,
-            "gradient_mb": round(4 * floats / 2**20, 2),
-            "ranks": 2,
-            "backend": "gloo (loopback)",
-            "exchanges": EXCHANGES,
-        }
-        yield {"figure": "learners.agreement_ms", "value": round(agreement_ms, 3), "unit": "ms", "ranks": 2}
+        base_text = config_path.read_text()
+        for precision in precisions:
+            yield from _measure_precision(precision, base_text, races, workdir, rounds, window_s, groups)
+            for learners in groups:
+                learners.close()
+            groups.clear()
     finally:
         for learners in groups:
             learners.close()

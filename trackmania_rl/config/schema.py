@@ -306,6 +306,11 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
         False,
     ),
     "learner_group_timeout_s": (_positive_number, "a positive number (s): a rank silent this long stops the run", True),
+    "learners_gradient_exchange": (
+        lambda v: v in ("overlap", "after_backward"),
+        '"overlap" (bucketed all_reduces started during backward) or "after_backward" (one all_reduce after it)',
+        True,
+    ),
     # ---- remote rollout sources (rollouts/ray, rollouts/http): off unless set, each an optional install
     # ---- the Gymnasium backend (game_backend = "gymnasium", games/gymnasium/)
     "gymnasium_env_id": (_optional_text, 'None or a registered Gymnasium env id, e.g. "ALE/Enduro-v5"', True),
@@ -361,6 +366,7 @@ ADDED_LATER = {
     "max_training_backlog_batches": 400,
     "learners_lr_scaling": "sqrt",
     "learner_group_timeout_s": 120.0,
+    "learners_gradient_exchange": "overlap",
     "seed": 0,
     "frame_renderer": "pygame",  # every model and run before it saw CarRacing's own drawing
     "network_encoder": "linesight",

@@ -46,19 +46,32 @@ class PinnedSlot:
 class BatchFeed:
     """`next() -> (is_test, batch)`: a batch from the hidden-test buffer with probability buffer_test_ratio (when it
     holds transitions), else from the training buffer; `batch["index"]` and `batch["state_gid"]` (which transitions,
-    for priority updates) stay on the CPU. `settings()` gives the live config (buffer_test_ratio is read at each draw)."""
+    for priority updates) stay on the CPU. `settings()` gives the live config (buffer_test_ratio is read at each draw).
+    `test_draws` (default `rng`) decides which batches are test ones: one draw per batch, whatever the test buffer
+    holds, so that generators seeded alike (a learner group's ranks) pick the same batches."""
 
-    def __init__(self, buffer, buffer_test, trainer, device: torch.device, rng: np.random.Generator, settings: Callable):
+    def __init__(
+        self,
+        buffer,
+        buffer_test,
+        trainer,
+        device: torch.device,
+        rng: np.random.Generator,
+        settings: Callable,
+        test_draws: np.random.Generator | None = None,
+    ):
         self.buffer, self.buffer_test = buffer, buffer_test
         self.trainer = trainer
         self.device = torch.device(device)
         self.rng = rng
+        self.test_draws = rng if test_draws is None else test_draws
         self.settings = settings
         self.with_taus = self.device.type == "cuda"
         self.taus_generator = torch.Generator().manual_seed(int(rng.integers(2**62))) if self.with_taus else None
 
     def _sample_on_host(self) -> tuple[bool, dict]:
-        is_test = len(self.buffer_test) > 0 and self.rng.random() < self.settings().buffer_test_ratio
+        draw = self.test_draws.random()
+        is_test = len(self.buffer_test) > 0 and draw < self.settings().buffer_test_ratio
         batch = (self.buffer_test if is_test else self.buffer).sample_batch()
         if self.with_taus:
             batch.update(self.trainer.draw_taus(len(batch["action"]), self.taus_generator))
@@ -78,8 +91,8 @@ class PrefetchingBatchFeed(BatchFeed):
     """BatchFeed on CUDA with the next batches prepared by a thread (module docstring). It starts sampling once the
     training buffer holds transitions; `close` stops the thread. An error in the thread comes out of `next`."""
 
-    def __init__(self, buffer, buffer_test, trainer, device: torch.device, rng: np.random.Generator, settings: Callable):
-        super().__init__(buffer, buffer_test, trainer, device, rng, settings)
+    def __init__(self, buffer, buffer_test, trainer, device: torch.device, rng: np.random.Generator, settings: Callable, test_draws=None):
+        super().__init__(buffer, buffer_test, trainer, device, rng, settings, test_draws)
         self._ready: queue.Queue = queue.Queue(maxsize=PREFETCH_DEPTH)
         self._stop = threading.Event()
         self.error: BaseException | None = None
@@ -151,7 +164,9 @@ class PrefetchingBatchFeed(BatchFeed):
         self._thread.join(timeout=5)
 
 
-def make_batch_feed(buffer, buffer_test, trainer, device: torch.device, rng: np.random.Generator, settings: Callable) -> BatchFeed:
+def make_batch_feed(
+    buffer, buffer_test, trainer, device: torch.device, rng: np.random.Generator, settings: Callable, test_draws=None
+) -> BatchFeed:
     """The prefetching feed on CUDA, the synchronous one elsewhere."""
     feed = PrefetchingBatchFeed if torch.device(device).type == "cuda" else BatchFeed
-    return feed(buffer, buffer_test, trainer, device, rng, settings)
+    return feed(buffer, buffer_test, trainer, device, rng, settings, test_draws)

@@ -94,7 +94,10 @@ class Learner:
         set_capturable(self.optimizer, self.cuda_graphs.enabled)  # the step counts (a resumed run's too) where the step runs
         if self.cuda_graphs.enabled:
             self.trainer.graphed = GraphedTrainStep(self.trainer, log=log)
-        self.batches = make_batch_feed(self.buffer, self.buffer_test, self.trainer, device, self.rng.spawn(1)[0], lambda: self.cfg)
+        feed_rng = self.rng.spawn(1)[0]
+        test_seed = self.test_draws_seed()
+        test_draws = feed_rng if test_seed is None else np.random.default_rng(test_seed)
+        self.batches = make_batch_feed(self.buffer, self.buffer_test, self.trainer, device, feed_rng, lambda: self.cfg, test_draws)
         self._steps_in_flight = StepsInFlight()  # launched steps whose results are not read yet
         self._pending_weights: HostCopy | None = None  # a copy of the online weights left by train_step, to publish
         self._pending_lock = threading.Lock()
@@ -114,6 +117,11 @@ class Learner:
         """The run's seed for this learner (a learner group's ranks draw their batches and quantile fractions each
         from a seed of their own: learner_group/)."""
         return LEARNER_SEED_BASE + self.cfg.seed
+
+    def test_draws_seed(self) -> int | None:
+        """The seed of the draws that make a batch a hidden-test one, when they are not the batch feed's own (a learner
+        group's ranks share one: learner_group/rank_learner.py)."""
+        return None
 
     def _memory_size(self) -> tuple[int, int]:
         capacity, start_learn = schedules.staircase(self.cfg.memory_size_schedule, self.stats.frames_played)
@@ -468,6 +476,7 @@ class Learner:
         cfg = self._apply_training_settings()
         start = time.perf_counter()
         is_test, batch = self.batches.next()
+        self.trainer.phases.sampling += time.perf_counter() - start
         result = self.trainer.launch_on_tensors(batch, do_learn=not is_test)
         context = (is_test, self.stats.batches_done + 1, batch.get("index"), batch.get("state_gid"))
         self._account_steps(self._steps_in_flight.add(result, context))

@@ -11,11 +11,13 @@ Every rank gives a few integers; every rank gets every rank's, and computes the 
 - the online weights' digests on digest rounds (every `DIGEST_EVERY_BATCHES` learning batches): unequal digests
   make every rank take rank 0's weights and optimizer state again;
 - the batches done, which must be equal (else the ranks are out of step: an error).
-Hidden-test batches are each rank's own business: they hold no collective.
+Hidden-test batches hold no collective, but every rank draws them at the same steps (RankLearner.test_draws_seed):
+a rank's test batch would otherwise hold the others at the next exchange.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -60,10 +62,13 @@ class Agreement:
         self.ranks = ranks
         self.max_chunk = max_chunk
         self.rounds = 0
+        self.seconds = 0.0  # spent in rounds: the all_gather and the wait for the slowest rank to reach it
 
     def round(self, mine: dict) -> Plan:
+        begin = time.perf_counter()
         sent = torch.tensor([int(mine[name]) for name in FIELDS], dtype=torch.int64)
         gathered = [torch.zeros(len(FIELDS), dtype=torch.int64) for _ in range(self.ranks)]
         wait(self.pg.allgather([gathered], [sent]), "the agreement before train steps")
         self.rounds += 1
+        self.seconds += time.perf_counter() - begin
         return plan_of([row.tolist() for row in gathered], self.max_chunk)

@@ -25,7 +25,7 @@ from trackmania_rl.learner.checkpoint import BUFFER, BUFFER_TEST
 from trackmania_rl.learner.cores import LearnerThreads
 from trackmania_rl.learner.group_hooks import GroupHooks
 from trackmania_rl.learner.sources import remote_source_names
-from trackmania_rl.learner_group.gradients import GradientExchange
+from trackmania_rl.learner_group.gradients import make_gradient_exchange
 from trackmania_rl.learner_group.rank import CLOSE_KEY, alive_key, failed_key, figures_key, joined_key, ready_key
 from trackmania_rl.learner_group.rank_learner import RankLearner, lr_scale
 from trackmania_rl.learner_group.rendezvous import GroupConnection, LearnerGroupError, StoreServer
@@ -172,7 +172,8 @@ class LearnerGroup(GroupHooks):
             }
             send_start_state(self.connection.control, k, header, learner, self._shards_for(learner, k))
         self._wait_for_ranks(ready_key, "start")
-        learner.trainer.gradient_exchange = GradientExchange(self.connection.gradients, n, learner.online.parameters())
+        exchange = learner.cfg.learners_gradient_exchange
+        learner.trainer.gradient_exchange = make_gradient_exchange(exchange, self.connection.gradients, n, learner.online.parameters())
         learner.shards.pg = self.connection.control
         learner.shards.request = self._request_shards
         learner.shards.healthy = self._can_exchange_shards

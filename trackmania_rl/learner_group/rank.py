@@ -38,7 +38,7 @@ from trackmania_rl.learner.cores import LearnerThreads, keep_main_thread_single,
 from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.learner.sources import Pacing, SourceContext, local_source
 from trackmania_rl.learner.train_loop import take_races
-from trackmania_rl.learner_group.gradients import GradientExchange
+from trackmania_rl.learner_group.gradients import make_gradient_exchange
 from trackmania_rl.learner_group.rank_learner import RankLearner
 from trackmania_rl.learner_group.rendezvous import GroupConnection, LearnerGroupError, connect_store
 from trackmania_rl.learner_group.shards import reset_rank_counters, send_shard
@@ -153,7 +153,8 @@ def _serve(spec: dict, store, workdir: Path, log) -> int:
     learner._apply_checkpoint(Path("(rank 0's start state)"), {**saved, BUFFER: shards[BUFFER], BUFFER_TEST: shards[BUFFER_TEST]}, [])
     learner.settings.frames = learner.stats.frames_played
     learner.publish()
-    learner.trainer.gradient_exchange = GradientExchange(connection.gradients, ranks, learner.online.parameters())
+    exchange = learner.cfg.learners_gradient_exchange
+    learner.trainer.gradient_exchange = make_gradient_exchange(exchange, connection.gradients, ranks, learner.online.parameters())
     log(
         f"pid {os.getpid()}: {header['collectors']} local collector(s), buffer {len(learner.buffer)} + test "
         f"{len(learner.buffer_test)} transitions, {learner.stats.batches_done} batches, device {device}"

@@ -19,6 +19,7 @@ from trackmania_rl.learner.learner import Learner
 from trackmania_rl.learner_group.shards import rank_counters
 
 RANK_SEED_STRIDE = 1_000_003
+TEST_DRAWS_SEED_OFFSET = 7_919  # the test draws' generator is not the batches' one
 LR_SCALING = {"none": lambda n: 1.0, "sqrt": math.sqrt, "linear": float}
 
 
@@ -52,6 +53,11 @@ class RankLearner(Learner):
         """Rank 0 draws as a single learner would; every other rank from a seed of its own: N batches and N draws of
         quantile fractions per step, not N copies of one draw (its initial weights are replaced by rank 0's anyway)."""
         return super().random_seed() + RANK_SEED_STRIDE * self.rank
+
+    def test_draws_seed(self) -> int:
+        """The same on every rank: each takes its hidden-test batches at the same steps as the others, so that none waits
+        at an exchange while another tests."""
+        return super().random_seed() + TEST_DRAWS_SEED_OFFSET
 
     def step_settings(self) -> tuple:
         if self.settings is None:
