@@ -13,13 +13,12 @@
 from __future__ import annotations
 
 import statistics
-import time
 
 import numpy as np
 import torch
 
 from trackmania_rl.agents.precision import MIN_SPEEDUP
-from trackmania_rl.benchmarks.learner import make_trainer, on_device
+from trackmania_rl.benchmarks.learner import make_trainer, on_device, timed
 from trackmania_rl.benchmarks.recorded_races import record_races
 from trackmania_rl.config.loader import REPO_ROOT, frame_shape, load_config
 from trackmania_rl.games import float_layout_for
@@ -56,7 +55,7 @@ def run(args):
     for round_index in range(2 + reps):
         for dtype, measured in times.items():
             trainer.precision = dtype
-            seconds = _timed(lambda: trainer.train_on_batch(batches, True))
+            seconds = timed(lambda: trainer.train_on_batch(batches, True))
             if round_index >= 2:  # warm-up
                 measured.append(seconds)
     fp32, bf16 = statistics.median(times[torch.float32]), statistics.median(times[torch.bfloat16])
@@ -74,9 +73,3 @@ def run(args):
         "dtype": dtype,
         **common_learner,
     }
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start

@@ -170,7 +170,7 @@ def _ms(seconds: list) -> float:
     return round(statistics.median(seconds) * 1000, 3)
 
 
-def _timed(fn, device: torch.device = CPU) -> float:
+def timed(fn, device: torch.device = CPU) -> float:
     """Seconds of `fn()`; on a GPU, from an idle device to the end of the work it queued."""
     wait_for_device(device)
     start = time.perf_counter()
@@ -186,7 +186,7 @@ def gemm_peak_flops(dtype: torch.dtype, device: torch.device = CPU, reps: int = 
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=g).to(device=device, dtype=dtype) for _ in range(2))
     a @ b
-    return 2 * n**3 / statistics.median(_timed(lambda: a @ b, device) for _ in range(reps))
+    return 2 * n**3 / statistics.median(timed(lambda: a @ b, device) for _ in range(reps))
 
 
 def device_name(device: torch.device) -> str:
@@ -212,7 +212,7 @@ def precision_figures(cfg, layout, n_actions: int, buffer, reps: int, device: to
     for round_index in range(2 + 2 * reps):
         for dtype, measured in times.items():
             trainer.precision = dtype
-            seconds = _timed(lambda: trainer.train_on_batch(shipped, True), device)
+            seconds = timed(lambda: trainer.train_on_batch(shipped, True), device)
             if round_index >= 2:  # warm-up
                 measured.append(seconds)
     fp32, bf16 = statistics.median(times[torch.float32]), statistics.median(times[torch.bfloat16])
@@ -275,7 +275,7 @@ def _steps(trainer: Trainer, next_batch, count: int, depth: int = STEPS_LEFT_IN_
 
 def _timed_steps(trainer: Trainer, next_batch, device: torch.device, depth: int = STEPS_LEFT_IN_FLIGHT) -> float:
     """Seconds per step of a run of RUN_STEPS steps, from an idle device to the last step's end."""
-    return _timed(lambda: _steps(trainer, next_batch, RUN_STEPS, depth), device) / RUN_STEPS
+    return timed(lambda: _steps(trainer, next_batch, RUN_STEPS, depth), device) / RUN_STEPS
 
 
 def _bare_and_full(trainer: Trainer, feed, reps: int, device: torch.device, depth: int = STEPS_LEFT_IN_FLIGHT) -> tuple[list, list]:
@@ -388,8 +388,8 @@ def run(args):
         buffer.sample_batch(), list_buffer.sample()
     ours, theirs = [], []
     for _ in range(sample_reps):
-        ours.append(_timed(buffer.sample_batch))
-        theirs.append(_timed(list_buffer.sample))
+        ours.append(timed(buffer.sample_batch))
+        theirs.append(timed(list_buffer.sample))
     yield {"figure": "learner.sample_ms", "value": _ms(ours), "unit": "ms", "capacity": capacity, **common}
     yield {"figure": "learner.sample_ms_list_baseline", "value": _ms(theirs), "unit": "ms", "capacity": capacity, **common}
     yield {
@@ -409,7 +409,7 @@ def run(args):
     slots = torch.from_numpy(buffer.storage.physical_order())
     prioritized_sampler.extend(slots)
     prioritized.update_priority(slots, torch.from_numpy(np.random.default_rng(5).exponential(size=len(slots))))
-    prioritized_ms = [_timed(prioritized.sample_batch) for _ in range(sample_reps)]
+    prioritized_ms = [timed(prioritized.sample_batch) for _ in range(sample_reps)]
     yield {"figure": "learner.sample_ms_prioritized", "value": _ms(prioritized_ms), "unit": "ms", **common}
 
     # memory
@@ -478,7 +478,7 @@ def run(args):
     times = {name: [] for name in contenders}
     for _ in range(inference_reps):
         for name, run in contenders.items():
-            times[name].append(_timed(run))
+            times[name].append(timed(run))
     yield {
         "figure": "learner.inference_ms_p50",
         "value": _ms(times["acting"]),

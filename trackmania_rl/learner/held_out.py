@@ -187,7 +187,7 @@ class HeldOutEvaluation:
         every_tile = "" if summary["every_tile_fraction"] is None else f", {100 * summary['every_tile_fraction']:.0f} % every tile"
         self.log(
             f"held-out evaluation at minute {snapshot.minute:.1f}: mean native score {summary['mean_native_score']:.1f} "
-            f"± {summary['std_native_score']:.1f} on {summary['races']} tracks by the {summary['rules']} rules, "
+            f"± {summary['std_native_score']:.1f} on {summary['races']} held-out maps (seeds) by the {summary['rules']} rules, "
             f"{100 * summary['finished_fraction']:.0f} % finished{every_tile}{laps} "
             f"({entry['eval_seconds']:.0f} s, {learner.stats.batches_done - snapshot.batches_done} batches trained meanwhile; "
             f"best so far {'-' if best is None else f'{best:.1f}'})"
@@ -236,7 +236,7 @@ class HeldOutEvaluation:
     def _save_best(self, learner, snapshot: _Snapshot, entry: dict, previous: float | None) -> None:
         record = {
             "score": entry["mean_native_score"],
-            "metric": f"mean native score of greedy races on the held-out tracks {entry['seeds'][0]}..{entry['seeds'][-1]}, "
+            "metric": f"mean native score of greedy races on the held-out maps (seeds) {entry['seeds'][0]}..{entry['seeds'][-1]}, "
             f"ended by the {entry['rules']} rules",
             "rules": entry["rules"],
             "previous_score": previous,

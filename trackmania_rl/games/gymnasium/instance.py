@@ -143,10 +143,6 @@ class GymnasiumGameInstance(GameInstance):
         """The env's own RGB picture now (its `render()`), for videos; the race is left as it is."""
         return np.asarray(self.env.render())
 
-    def full_view_size(self) -> tuple[int, int]:
-        height, width = self.env.observation_space.shape[:2]
-        return int(width), int(height)
-
     # ----------------------------------------------------------------------------------------------
     def rollout(self, exploration_policy, map: MapSpec, zone_centers: np.ndarray, update_network: Callable[[], None]) -> tuple[dict, dict]:
         if not isinstance(map, MapSpec) or isinstance(map.seed, bool) or not isinstance(map.seed, (int, np.integer)) or map.seed < 0:
