@@ -34,6 +34,7 @@ gymnasium_env_id = None  # [restart] a registered Gymnasium env id, e.g. "ALE/En
 gymnasium_ms_per_step = 1000 * 4 / 60  # [restart] game time of one env step (ALE v5: 4 frames at 60 Hz)
 gymnasium_action_words = None  # [restart] the env's action-meaning words of (accelerate, brake, left, right)
 gymnasium_actions = None  # [restart] or the env's action number of each action of the action set
+gymnasium_env_kwargs = None  # [restart] keyword arguments of gymnasium.make, e.g. {"continuous": False}
 frame_crop = None  # [restart] (top, bottom, left, right) pixels cut from the env's image before resizing
 
 # ---------------------------------------------------------------------------------------------------

@@ -98,6 +98,13 @@ def _action_words(v):
     return v is None or (isinstance(v, (list, tuple)) and len(v) == 4 and all(isinstance(w, str) and w.isalpha() for w in v))
 
 
+def _env_kwargs(v):
+    if v is None:
+        return True
+    scalar = (bool, int, float, str)
+    return isinstance(v, dict) and all(isinstance(k, str) and k.isidentifier() and isinstance(x, scalar) for k, x in v.items())
+
+
 def _frame_crop(v):
     return v is None or (isinstance(v, (list, tuple)) and len(v) == 4 and all(_non_negative_int(x) for x in v))
 
@@ -321,6 +328,11 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
         True,
     ),
     "gymnasium_actions": (_optional_int_list, "None or a list of the env's action numbers, one per action of the action set", True),
+    "gymnasium_env_kwargs": (
+        _env_kwargs,
+        'None or a dict of gymnasium.make keyword arguments (names to numbers, booleans or text), e.g. {"continuous": False}',
+        True,
+    ),
     "frame_crop": (_frame_crop, "None or (top, bottom, left, right) pixels cut from the env's image before resizing", True),
     "ray_address": (_optional_text, 'None, "auto" (a local cluster on loopback) or a Ray cluster address', True),
     "ray_actors": (_non_negative_int, "an integer >= 0 (collector actors on the Ray cluster)", True),
@@ -360,6 +372,7 @@ ADDED_LATER = {
     "gymnasium_ms_per_step": 1000 * 4 / 60,
     "gymnasium_action_words": None,
     "gymnasium_actions": None,
+    "gymnasium_env_kwargs": None,
     "frame_crop": None,
     "max_policy_lag": 100_000,
     "checkpoints_kept": 2,

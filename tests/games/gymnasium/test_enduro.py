@@ -183,6 +183,7 @@ def _config_with(tmp_path: Path, extra: str) -> Path:
         ('action_set = ["accelerate", "accelerate+brake"]', "action 'accelerate+brake' is DOWN+FIRE"),
         ("gymnasium_actions = [0, 1, 2, 3, 4, 5, 6, 7, 9]", "setting `gymnasium_actions` holds 9"),
         ("frame_crop = (100, 110, 0, 0)", "setting `frame_crop` = (100, 110, 0, 0) leaves nothing"),
+        ('gymnasium_env_kwargs = {"no_such_option": 1}', "setting `gymnasium_env_kwargs` = {'no_such_option': 1} for 'ALE/Enduro-v5'"),
     ],
 )
 def test_a_setting_the_game_cannot_work_with_is_refused_at_start(tmp_path, extra, message):
@@ -213,6 +214,16 @@ def test_config_settings_are_checked_by_the_schema(tmp_path):
         ("frame_stack = 0", "setting `frame_stack`"),
         ("gymnasium_env_id = None", "setting `gymnasium_env_id` must name the env"),
         ("gymnasium_actions = [0, 1]", "setting `gymnasium_actions` has 2 entries for an action set of 9"),
+        ('gymnasium_env_kwargs = {"frameskip": [4]}', "setting `gymnasium_env_kwargs`"),
     ):
         with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
             load_config(_config_with(tmp_path, extra))
+
+
+def test_the_envs_own_options_reach_it(tmp_path):
+    cfg = load_config(_config_with(tmp_path, 'gymnasium_env_kwargs = {"repeat_action_probability": 0.0}'))
+    game = make_game_instance(cfg)
+    try:
+        assert game.env.spec.kwargs["repeat_action_probability"] == 0.0
+    finally:
+        game.close()

@@ -46,8 +46,9 @@ ALE_NAMESPACE = "ALE/"
 
 
 def make_env(cfg):
-    """`gymnasium.make(cfg.gymnasium_env_id, render_mode="rgb_array")`, Atari's ROMs registered first. ConfigError for an
-    env that is not registered or whose package is missing."""
+    """`gymnasium.make(cfg.gymnasium_env_id, render_mode="rgb_array", **cfg.gymnasium_env_kwargs)`, Atari's ROMs
+    registered first. ConfigError for an env that is not registered, whose package is missing or that refuses the
+    keyword arguments."""
     import gymnasium
 
     env_id = cfg.gymnasium_env_id
@@ -59,10 +60,13 @@ def make_env(cfg):
                 f"setting `gymnasium_env_id` = {env_id!r} needs ale-py, the Atari emulator: pip install -e '.[atari]'"
             ) from None
         gymnasium.register_envs(ale_py)
+    kwargs = dict(cfg.gymnasium_env_kwargs or {})
     try:
-        return gymnasium.make(env_id, render_mode="rgb_array")
+        return gymnasium.make(env_id, render_mode="rgb_array", **kwargs)
     except gymnasium.error.Error as e:
         raise ConfigError(f"setting `gymnasium_env_id` = {env_id!r}: {type(e).__name__}: {e}") from None
+    except (TypeError, ValueError) as e:  # an argument the env does not take, or a value it refuses
+        raise ConfigError(f"setting `gymnasium_env_kwargs` = {kwargs!r} for {env_id!r}: {type(e).__name__}: {e}") from None
 
 
 def describe_env(cfg, env) -> list[int]:
@@ -132,7 +136,8 @@ class GymnasiumGameInstance(GameInstance):
 
     def update_config(self, cfg) -> None:
         """A reloaded config between races; the settings that shape frames, floats or actions stay as they were."""
-        fixed = ("gymnasium_env_id", "frame_stack", "H_downsized", "W_downsized", "frame_crop", "physics_steps_per_action")
+        fixed = ("gymnasium_env_id", "gymnasium_env_kwargs", "frame_stack", "H_downsized", "W_downsized", "frame_crop")
+        fixed += ("physics_steps_per_action",)
         fixed += ("n_prev_actions_in_inputs", "temporal_mini_race_duration_ms", "inputs", "gymnasium_actions", "gymnasium_action_words")
         changed = [name for name in fixed if getattr(cfg, name) != getattr(self.cfg, name)]
         if changed:
