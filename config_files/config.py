@@ -40,6 +40,9 @@ frame_crop = None  # [restart] (top, bottom, left, right) pixels cut from the en
 # ---------------------------------------------------------------------------------------------------
 # Float inputs (the layout is declared once in trackmania_rl/games/car_racing/floats.py)
 # ---------------------------------------------------------------------------------------------------
+# [restart] "game": every float the game gives (CarRacing: the car's state and the centerline ahead, read from the game);
+# "own_actions": only the mini-race clock and the agent's previous actions (a pixels-only agent)
+float_inputs = "game"
 n_prev_actions_in_inputs = 5  # [restart]
 n_zone_centers_in_inputs = 16  # [restart] zone centers ahead given to the network
 one_every_n_zone_centers_in_inputs = 4  # [restart] stride between those centers (4 x 3.5 = 14 m)

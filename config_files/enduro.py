@@ -39,6 +39,7 @@ frame_renderer = "fast"
 # ---------------------------------------------------------------------------------------------------
 # Float inputs (the layout is declared once in trackmania_rl/games/car_racing/floats.py)
 # ---------------------------------------------------------------------------------------------------
+float_inputs = "game"  # [restart] the Gymnasium backend's floats are the clock and the previous actions either way
 n_prev_actions_in_inputs = 5  # [restart]
 n_zone_centers_in_inputs = 16  # [restart] zone centers ahead given to the network
 one_every_n_zone_centers_in_inputs = 4  # [restart] stride between those centers (4 x 3.5 = 14 m)

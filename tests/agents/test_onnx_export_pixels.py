@@ -149,3 +149,28 @@ def test_export_script_exports_an_enduro_model_folder(enduro, tmp_path, capsys):
     assert sidecar["frame"]["preprocessing"] == describe_preprocessing(cfg) and sidecar["model_sha256"] == hashlib.sha256(model).hexdigest()
     frames, floats = states(cfg, layout, 3, seed=4)
     np.testing.assert_allclose(onnx_export.OnnxPolicy(model)(frames, floats), torch_q(network, cfg, frames, floats), rtol=1e-4, atol=1e-5)
+
+
+def test_export_script_exports_a_pixels_only_carracing_model(tmp_path, capsys):
+    """config_files/carracing_pixels.py's network: 4 stacked 64 x 64 frames, the clock and previous actions as floats;
+    the export's own check passes and the sidecar says so."""
+    cfg = load_config(REPO_ROOT / "config_files" / "carracing_pixels.py")
+    layout = float_layout_for(cfg)
+    torch.manual_seed(1)
+    network = make_network(cfg, layout, len(cfg.inputs)).eval()
+    folder = tmp_path / "model"
+    folder.mkdir()
+    save_network(network, folder / "weights.torch")
+    (folder / "settings.json").write_text(settings_json(cfg))
+    out = tmp_path / "pixels.onnx"
+    code = load_script().main(["--weights", str(folder / "weights.torch"), "--onnx", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["check_same_action_fraction"] == 1.0
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["game"] == "carracing" and sidecar["frame"]["shape"] == [4, 64, 64] and sidecar["frame"]["stack"] == 4
+    assert "the last 4 such frames stacked as channels" in sidecar["frame"]["preprocessing"]
+    assert [s["name"] for s in sidecar["state_float"]["layout"]] == ["mini_race_clock", "previous_actions"]
+    frames, floats = states(cfg, layout, 3, seed=5)
+    model = out.read_bytes()
+    np.testing.assert_allclose(onnx_export.OnnxPolicy(model)(frames, floats), torch_q(network, cfg, frames, floats), rtol=1e-4, atol=1e-5)

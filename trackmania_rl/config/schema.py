@@ -328,6 +328,11 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
         True,
     ),
     "gymnasium_actions": (_optional_int_list, "None or a list of the env's action numbers, one per action of the action set", True),
+    "float_inputs": (
+        lambda v: v in ("game", "own_actions"),
+        '"game" (every float the game backend gives) or "own_actions" (the mini-race clock and the previous actions only)',
+        True,
+    ),
     "gymnasium_env_kwargs": (
         _env_kwargs,
         'None or a dict of gymnasium.make keyword arguments (names to numbers, booleans or text), e.g. {"continuous": False}',
@@ -373,6 +378,7 @@ ADDED_LATER = {
     "gymnasium_action_words": None,
     "gymnasium_actions": None,
     "gymnasium_env_kwargs": None,
+    "float_inputs": "game",
     "frame_crop": None,
     "max_policy_lag": 100_000,
     "checkpoints_kept": 2,

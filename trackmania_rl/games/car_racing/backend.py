@@ -31,16 +31,28 @@ FRAME_PREPROCESSING = {
 
 
 def frame_preprocessing(cfg) -> str:
-    """How the frames of `cfg` (its frame_renderer) are made, in words."""
-    return FRAME_PREPROCESSING[cfg.frame_renderer]
+    """How the frames of `cfg` (its frame_renderer, its frame_stack) are made, in words."""
+    if cfg.frame_stack == 1:
+        return FRAME_PREPROCESSING[cfg.frame_renderer]
+    return FRAME_PREPROCESSING[cfg.frame_renderer] + (
+        f" A state is the last {cfg.frame_stack} such frames stacked as channels, oldest first, shape ({cfg.frame_stack}, "
+        f"{cfg.H_downsized}, {cfg.W_downsized}); a race's first frame stands for the frames before it."
+    )
 
 
 def check_config(cfg) -> None:
-    """CarRacing draws one frame per state: ConfigError for a frame stack."""
+    """ConfigError for a reward term the network's floats cannot give: with float_inputs "own_actions" the stored floats
+    hold no zone center (the shaping's distance) and no wheel contact (the off-road penalty)."""
     from trackmania_rl.config.schema import ConfigError
 
-    if cfg.frame_stack != 1:
-        raise ConfigError(f"setting `frame_stack` = {cfg.frame_stack}: the CarRacing backend gives one frame per state (1)")
+    if cfg.float_inputs != "own_actions":
+        return
+    for name in ("shaped_reward_dist_to_cur_vcp", "off_road_penalty_per_action"):
+        if getattr(cfg, name) != 0:
+            raise ConfigError(
+                f"setting `{name}` = {getattr(cfg, name)} needs the floats read from the game, and `float_inputs` is "
+                '"own_actions": set it to 0 (the centerline progress and the road tiles still pay)'
+            )
 
 
 def make_game_instance(cfg, rules: str = RULES_TRAINING):

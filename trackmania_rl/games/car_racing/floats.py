@@ -46,7 +46,21 @@ SEGMENT_NAMES = (
 CAR_STATE_FIRST, CAR_STATE_LAST = VELOCITY, WHEELS_ON_ROAD
 
 
+OWN_ACTIONS_SEGMENTS = (MINI_RACE_CLOCK, PREVIOUS_ACTIONS)  # float_inputs = "own_actions": what the network may see
+
+
 def make_float_layout(cfg) -> FloatLayout:
+    """The network's floats: every segment, or with `float_inputs = "own_actions"` only the mini-race clock and the
+    agent's previous actions (a pixels-only agent: nothing read from the game's state). The latter is the former's
+    prefix, so the game computes one array and hands the network its first floats."""
+    full = full_float_layout(cfg)
+    if cfg.float_inputs == "own_actions":
+        return FloatLayout([segment for segment in full.segments if segment.name in OWN_ACTIONS_SEGMENTS])
+    return full
+
+
+def full_float_layout(cfg) -> FloatLayout:
+    """Every float the game computes per state (the car-state block goes into the rollout whatever the network sees)."""
     n_prev = cfg.n_prev_actions_in_inputs
     n_zones = cfg.n_zone_centers_in_inputs
     horizon = cfg.temporal_mini_race_duration_actions

@@ -48,6 +48,7 @@ from trackmania_rl.games.car_racing.actions import action_tables
 from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size, native_step_limit, track_centerline
 from trackmania_rl.games.car_racing.fast_view import camera_zoom
 from trackmania_rl.games.car_racing.missed_tiles import MissedTileCounter
+from trackmania_rl.games.frame_history import FrameHistory
 from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker, make_zone_centers
 
 MS_PER_STEP = MS_PER_PHYSICS_STEP["carracing"]  # Box2D runs at 50 steps per game second
@@ -93,6 +94,7 @@ class _Race:
         "cp_time_ms",
         "lap_time_ms",
         "missed_tiles",
+        "frames",
         # set by `_play` when the race ends
         "physics_steps",
         "native_score",
@@ -114,6 +116,8 @@ class _Race:
         self.cp_time_ms = [0]
         self.lap_time_ms = None  # when the car first crossed the finish line after a lap
         self.missed_tiles = MissedTileCounter(centerline, geometry.start_distance)  # those of the first lap
+        # frame_stack > 1: the race's frames, each state the last C (the first frame stands for those before it)
+        self.frames = FrameHistory(cfg.frame_stack, cfg.H_downsized, cfg.W_downsized) if cfg.frame_stack > 1 else None
 
 
 def validate_map_spec(map_spec) -> MapSpec:
@@ -207,18 +211,19 @@ class CarRacingGameInstance(GameInstance):
                 f"(ms_per_action {cfg.ms_per_action})"
             )
         self.cfg = cfg
-        self.float_layout = car_floats.make_float_layout(cfg)
+        self.float_layout = car_floats.make_float_layout(cfg)  # the network's floats: the full ones' first (float_inputs)
+        full_layout = car_floats.full_float_layout(cfg)
+        self._network_dim = self.float_layout.dim
         self.n_actions = len(cfg.inputs)
         # per action: CarRacing's continuous control (steer, gas, brake), and its four flags as floats
         self.controls, self._action_flag_lists = action_tables(cfg)
         self._accelerates = [bool(a["accelerate"]) for a in cfg.inputs]
-        self.frame_shape = (1, cfg.H_downsized, cfg.W_downsized)
+        self.frame_shape = (cfg.frame_stack, cfg.H_downsized, cfg.W_downsized)  # a state's; render_frame draws one frame
         self._render_w, self._render_h = frame_render_size(cfg.H_downsized, cfg.W_downsized)
         # the fast renderer draws the frame itself; the pygame one a view that convert_frame turns into the frame
         self._fast = cfg.frame_renderer == RENDERER_FAST
-        layout = self.float_layout
-        self._car_state_slice = layout.span(car_floats.CAR_STATE_FIRST, car_floats.CAR_STATE_LAST)
-        self._segment_names = layout.names()
+        self._car_state_slice = full_layout.span(car_floats.CAR_STATE_FIRST, car_floats.CAR_STATE_LAST)
+        self._segment_names = full_layout.names()
         if set(self._segment_names) != set(car_floats.SEGMENT_NAMES):
             raise ValueError(f"the CarRacing float layout must have the segments {car_floats.SEGMENT_NAMES}, got {self._segment_names}")
         self._lookahead_offsets = [k * cfg.one_every_n_zone_centers_in_inputs for k in range(cfg.n_zone_centers_in_inputs)]
@@ -363,8 +368,24 @@ class CarRacingGameInstance(GameInstance):
             raise ValueError(f"expected a {width} x {self._render_h} rendered view, got shape {rgb.shape}")
         return cv2.cvtColor(rgb[:height], cv2.COLOR_RGB2GRAY)[None]
 
+    def _network_floats(self, all_floats: np.ndarray) -> np.ndarray:
+        """The floats the network sees: all of them, or with float_inputs "own_actions" the clock and previous actions."""
+        return all_floats if self._network_dim == len(all_floats) else all_floats[: self._network_dim].copy()
+
+    @staticmethod
+    def _state_frames(race: _Race, frame: np.ndarray) -> np.ndarray:
+        """The state's frames from the frame just drawn (1, H, W): itself, or the last frame_stack frames."""
+        history = race.frames
+        if history is None:
+            return frame
+        if history.started:
+            history.push(frame[0])
+        else:
+            history.start(np.repeat(frame, history.c, axis=0))
+        return history.stack()
+
     def state_float(self, geometry: ZoneGeometry, zone_idx: int, progress: float, previous_actions) -> np.ndarray:
-        """The float inputs (DESIGN §3.3) of the car's current state; float 0 (mini-race clock) is 0.
+        """Every float (DESIGN §3.3) of the car's current state, full_float_layout's; float 0 (mini-race clock) is 0.
 
         Plain Python floats gathered in layout order, converted to numpy once: right after a render the
         CPU caches are cold and each numpy call on a tiny array then costs several microseconds (numpy
@@ -535,14 +556,15 @@ class CarRacingGameInstance(GameInstance):
         # is, and before the render the CPU caches still hold it (~170 -> ~50 us per action); the
         # network update too, as it does not need the frame
         t0 = clock()
-        state_float = self.state_float(race.geometry, tracker.current_zone_idx, tracker.progress, race.previous_actions)
+        all_floats = self.state_float(race.geometry, tracker.current_zone_idx, tracker.progress, race.previous_actions)
+        state_float = self._network_floats(all_floats)
         timings["floats"] += clock() - t0
         n_actions_done = len(results["actions"])
         if n_actions_done % race.update_every == 0:
             t0 = clock()
             update_network()
             timings["update_network"] += clock() - t0
-        frame = self.render_frame(timings)
+        frame = self._state_frames(race, self.render_frame(timings))
         t0 = clock()
         decision = exploration_policy(frame, state_float)
         timings["exploration_policy"] += clock() - t0
@@ -550,7 +572,7 @@ class CarRacingGameInstance(GameInstance):
 
         results["frames"].append(frame)
         results["state_float"].append(state_float)
-        results["car_gear_and_wheels"].append(state_float[self._car_state_slice].copy())
+        results["car_gear_and_wheels"].append(all_floats[self._car_state_slice].copy())
         results["current_zone_idx"].append(tracker.current_zone_idx)
         results["meters_advanced_along_centerline"].append(tracker.progress)
         results[ROAD_TILES_TOUCHED].append(self.env.tile_visited_count)
@@ -611,11 +633,11 @@ class CarRacingGameInstance(GameInstance):
         """The state at the finish: real frame and floats, zone = first past the finish, progress = finish; every
         tile of the lap not touched by then is missed."""
         results, geometry, timings = race.results, race.geometry, race.timings
-        frame = self.render_frame(timings)
-        state_float = self.state_float(geometry, geometry.finish_zone_idx, geometry.finish_distance, race.previous_actions)
+        frame = self._state_frames(race, self.render_frame(timings))
+        all_floats = self.state_float(geometry, geometry.finish_zone_idx, geometry.finish_distance, race.previous_actions)
         results["frames"].append(frame)
-        results["state_float"].append(state_float)
-        results["car_gear_and_wheels"].append(state_float[self._car_state_slice].copy())
+        results["state_float"].append(self._network_floats(all_floats))
+        results["car_gear_and_wheels"].append(all_floats[self._car_state_slice].copy())
         results["current_zone_idx"].append(geometry.finish_zone_idx)
         results["meters_advanced_along_centerline"].append(geometry.finish_distance)
         results[ROAD_TILES_TOUCHED].append(self.env.tile_visited_count)

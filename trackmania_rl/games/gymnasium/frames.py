@@ -4,8 +4,7 @@
 (top, bottom, left, right), made grey (OpenCV's RGB2GRAY: 0.299 R + 0.587 G + 0.114 B) and resized to
 W_downsized x H_downsized with area interpolation (the mean of the pixels each output pixel covers).
 
-`FrameHistory(C, H, W)`: the frames of one race in order, each state's stack a view of the last C of them (no copy:
-a race's C-frame states cost the memory of single frames), the first frame of an episode repeated before it.
+The last C frames of a race are stacked by games/frame_history.py.
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ import cv2
 import numpy as np
 
 from trackmania_rl.config.schema import ConfigError
-
-FIRST_CAPACITY = 1_024  # frames a history holds before it grows (doubling)
 
 
 def describe_preprocessing(cfg) -> str:
@@ -54,30 +51,3 @@ class FramePreparer:
         elif image.ndim == 3:
             image = image[:, :, 0]
         return cv2.resize(np.ascontiguousarray(image, dtype=np.uint8), self.size, interpolation=cv2.INTER_AREA)
-
-
-class FrameHistory:
-    """The frames of a race; `stack()` is the state now: the last C frames as a (C, H, W) view."""
-
-    def __init__(self, stack: int, height: int, width: int):
-        self.c = int(stack)
-        self._frames = np.empty((FIRST_CAPACITY + self.c, height, width), np.uint8)
-        self._n = 0
-
-    def start(self, recent: np.ndarray) -> None:
-        """A new race whose state is `recent` (C, H, W): the last C frames before it (an episode's first frame repeated,
-        or where the previous race of the same episode ended). The array is fresh: states handed out earlier keep theirs."""
-        self._frames = np.empty_like(self._frames)
-        self._frames[: self.c] = recent
-        self._n = self.c
-
-    def push(self, frame: np.ndarray) -> None:
-        if self._n == len(self._frames):  # grow: the views already handed out keep the old array alive
-            grown = np.empty((2 * len(self._frames), *self._frames.shape[1:]), np.uint8)
-            grown[: self._n] = self._frames
-            self._frames = grown
-        self._frames[self._n] = frame
-        self._n += 1
-
-    def stack(self) -> np.ndarray:
-        return self._frames[self._n - self.c : self._n]

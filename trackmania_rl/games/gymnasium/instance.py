@@ -36,9 +36,10 @@ import numpy as np
 
 from trackmania_rl.config.schema import ConfigError
 from trackmania_rl.games.base import GAME_REWARD, RACE_RULES, RULES_TRAINING, GameCrashed, GameInstance, MapSpec
+from trackmania_rl.games.frame_history import FrameHistory
 from trackmania_rl.games.gymnasium import floats as gym_floats
 from trackmania_rl.games.gymnasium.actions import env_actions
-from trackmania_rl.games.gymnasium.frames import FrameHistory, FramePreparer
+from trackmania_rl.games.gymnasium.frames import FramePreparer
 
 END_TERMINATED, END_TRUNCATED, END_CUTOFF = "terminated", "truncated", "cutoff"
 STAGES = ("reset", "env_step", "frame", "floats", "exploration_policy", "update_network")
