@@ -25,6 +25,7 @@ from trackmania_rl.config.loader import CONFIG_DIR
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.games.backend import DEFAULT_GAME_BACKEND
 from trackmania_rl.learner.learner import Learner
+from trackmania_rl.rollouts.contract import validated_race
 from trackmania_rl.rollouts.local.collector import collector_main
 from trackmania_rl.rollouts.local.pool import CollectorPool
 from trackmania_rl.rollouts.local.shared_network import SharedNetwork
@@ -41,11 +42,15 @@ def default_config_copy(workdir: Path, log=lambda m: None) -> tuple[Path, LiveCo
     return config_path, LiveConfig(config_path, game_backend=GAME_BACKEND, log=log)
 
 
-def measure_ingest(source, learner, n_rollouts: int, deadline_s: float = 600.0) -> dict[str, list[float]]:
+def measure_ingest(source, learner, n_rollouts: int, deadline_s: float = 600.0) -> dict[str, list]:
     """Take and store `n_rollouts` races from a started source after the warm-up ones, timing each: the learner's
     time per race ("take_ms": `source.get`; "ingest_ms": get + `ingest_envelope`), its share of the race's play
-    time ("fractions"), the play time ("play_s") and the frames' size ("frames_mb")."""
-    figures = {"fractions": [], "take_ms": [], "ingest_ms": [], "play_s": [], "frames_mb": []}
+    time ("fractions"), the play time ("play_s") and the frames' size ("frames_mb"). Where the time goes: "validate_ms"
+    (the contract's check, timed again after the ingest, outside the fractions: its data then warm in the caches),
+    "store_ms" (the ingest less that check) and, from a source that splits its take (`last_take_ms`, the Ray
+    source), "take_stages" (a dict per race)."""
+    names = ("fractions", "take_ms", "ingest_ms", "play_s", "frames_mb", "validate_ms", "store_ms", "take_stages")
+    figures = {name: [] for name in names}
     received = 0
     deadline = time.monotonic() + deadline_s
     while len(figures["fractions"]) < n_rollouts and time.monotonic() < deadline:
@@ -57,6 +62,9 @@ def measure_ingest(source, learner, n_rollouts: int, deadline_s: float = 600.0) 
         taken = time.perf_counter()
         learner.ingest_envelope(envelope)
         elapsed = time.perf_counter() - start
+        validate_start = time.perf_counter()
+        validated_race(envelope, learner.rollout_shape)
+        validate_ms = 1000 * (time.perf_counter() - validate_start)
         received += 1
         if received <= WARMUP_ROLLOUTS:
             continue
@@ -64,11 +72,28 @@ def measure_ingest(source, learner, n_rollouts: int, deadline_s: float = 600.0) 
         figures["fractions"].append(elapsed / play_s)
         figures["take_ms"].append(1000 * (taken - start))
         figures["ingest_ms"].append(1000 * elapsed)
+        figures["validate_ms"].append(validate_ms)
+        figures["store_ms"].append(1000 * (start + elapsed - taken) - validate_ms)
+        if getattr(source, "last_take_ms", None):
+            figures["take_stages"].append(dict(source.last_take_ms))
         figures["play_s"].append(play_s)
         figures["frames_mb"].append(sum(getattr(frame, "nbytes", 0) for frame in envelope[0]["frames"]) / 2**20)
     if not figures["fractions"]:
         raise RuntimeError(f"no race to measure within {deadline_s:g} s")
     return figures
+
+
+def ingest_stages_ms(figures: dict) -> dict[str, float]:
+    """measure_ingest's per-race stages as medians, ms: take (its own stages where the source splits it, the rest of
+    `get` as "take_other"), validate, store and their total."""
+    stages = {"take": figures["take_ms"]}
+    if figures["take_stages"]:
+        names = figures["take_stages"][0].keys()
+        for name in names:
+            stages[f"take_{name}"] = [split[name] for split in figures["take_stages"]]
+        stages["take_other"] = [take - sum(split.values()) for take, split in zip(figures["take_ms"], figures["take_stages"], strict=True)]
+    stages.update(validate=figures["validate_ms"], store=figures["store_ms"], total=figures["ingest_ms"])
+    return {name: round(statistics.median(values), 3) for name, values in stages.items()}
 
 
 def source_actions_per_s(source, producers: int, window_s: float, on_envelope=None) -> float:
@@ -115,6 +140,17 @@ def _local_source(ctx, config_path: Path, shared, count: int) -> LocalCollectorS
     return LocalCollectorSource(pool, shared, pause_event, frames_played, stall_timeout_s=lambda: 600.0)
 
 
+def local_ingest(ctx, config_path: Path, live: LiveConfig, layout, shared, run_dir: Path, n_rollouts: int) -> dict[str, list]:
+    """measure_ingest over one local collector process feeding a learner that does not train."""
+    source = _local_source(ctx, config_path, shared, 1)
+    learner = Learner(live, layout, torch.device("cpu"), run_dir, source=source, log=lambda m: None, resume=False)
+    source.start()
+    try:
+        return measure_ingest(source, learner, n_rollouts)
+    finally:
+        source.stop()
+
+
 def local_actions_per_s(ctx, config_path: Path, shared, count: int, window_s: float, on_envelope=None) -> float:
     """`count` local collector processes' actions/s (`source_actions_per_s`), the learner only draining."""
     source = _local_source(ctx, config_path, shared, count)
@@ -138,13 +174,7 @@ def run(args):
         shared = SharedNetwork(make_network(cfg, layout, len(cfg.inputs)), ctx)
 
         # ingest: one collector feeding a learner that does not train
-        source = _local_source(ctx, config_path, shared, 1)
-        learner = Learner(live, layout, torch.device("cpu"), workdir / "run", source=source, log=lambda m: None, resume=False)
-        source.start()
-        try:
-            ingest = measure_ingest(source, learner, n_rollouts)
-        finally:
-            source.stop()
+        ingest = local_ingest(ctx, config_path, live, layout, shared, workdir / "run", n_rollouts)
         yield {
             "figure": "pipeline.ingest_fraction",
             "value": round(statistics.median(ingest["fractions"]), 5),

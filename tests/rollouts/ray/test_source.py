@@ -137,6 +137,8 @@ def test_races_arrive_as_valid_envelopes_paced_and_bounded(ray_head, short_races
             if all(s["parked"] >= then + checks for s, then in zip(later, parked_then, strict=True)):
                 break
             assert time.monotonic() < deadline, ("the parked games stopped checking the pause", stats, later)
+        # every race taken is acknowledged (the next handoff carried the count): no actor holds a slot for it
+        assert all(s["in_flight"] == 0 for s in later), later
         assert source.health().paused
         source.resume()
         _next_race(source, 30)

@@ -4,15 +4,18 @@ One actor plays one game: more games are more actors, each with one CPU (K games
 processes deciding in one batched inference, measured slower than K actors: docs/cluster.md). The game is a
 `RacePlayer` (rollouts/race.py), as in a local collector process; its weights come from the policy store
 (`StoreWeights`: the store's version is polled by a background thread, the weights object is `ray.get` only when
-newer, and read as views of the node's one copy). A finished race goes to the sender thread, which puts it in
-the object store with its per-step lists packed into contiguous numpy arrays (rollouts/packed_race.py). At most
-`MAX_RACES_IN_FLIGHT` races are put and not yet acknowledged by the learner; when the slots are full the sender
+newer, and read as views of the node's one copy). A finished race goes to the sender thread, which packs its
+per-step lists into contiguous numpy arrays (rollouts/packed_race.py) and leaves it in the outbox. At most
+`MAX_RACES_IN_FLIGHT` races are sent and not yet acknowledged by the learner; when the slots are full the sender
 waits, and the game waits for the sender: nothing grows without bound (backpressure). While the store says paused,
 the game starts no new race.
 
-The learner asks for finished races with `handoff` (which waits a little for one) and acknowledges what it
-took with `acknowledge`. Every (re)start of the actor is a new `incarnation`: a restarted actor starts from
-the values it was created with, pulls the weights and the config again, and its predecessor's races are gone.
+The learner asks for finished races with `handoff` (which waits a little for one), whose answer holds the races
+themselves: Ray puts that answer in the node's object store as an object of the learner's, so one `ray.get` takes
+the races (no ref of ours to wait on and get one by one), and they outlive this actor. Each handoff also acknowledges
+the races the learner took since its previous one (no call of its own per race: each call costs the learner and
+this actor's interpreter ~0.3 ms). Every (re)start of the actor is a new `incarnation`: a restarted actor starts
+from the values it was created with, pulls the weights and the config again, and its predecessor's outbox is gone.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from trackmania_rl.rollouts.packed_race import pack_race
 from trackmania_rl.rollouts.race import RacePlayer, producer_seed
 
 SOURCE_NAME = "ray"  # meta["source"] of every race an actor plays
-MAX_RACES_IN_FLIGHT = 2  # per actor: put in the object store and not yet taken by the learner
+MAX_RACES_IN_FLIGHT = 2  # per actor: sent (in the outbox or handed off) and not yet taken by the learner
 # how often an actor asks the policy store for the version, the pause flag and progress: each poll costs the actor
 # ~1.5 ms of CPU (measured: its threads besides the game's took 5.0 % of a core at 10 polls/s, 3.5 % at 1/s)
 STATUS_POLL_S = 0.25
@@ -45,7 +48,7 @@ PAUSED_SLEEP_S = 0.05
 STORE_CALL_TIMEOUT_S = 10.0
 ACTOR_SEED_BASE = 2_000  # producer indices of actors start here (local collectors count from 0)
 HANDOFF_WAIT_S = 1.0  # a handoff call returns at once when a race is ready, else after this
-ACTOR_CONCURRENCY = 4  # handoff waits while acknowledge, stats and the measurements are answered
+ACTOR_CONCURRENCY = 4  # handoff waits while stats and the measurements are answered
 
 
 class _ArraysAsNetwork:
@@ -166,9 +169,9 @@ class CollectorActor:
         self.frames_played = 0
         self.stopping = threading.Event()
         self.send_queue: queue.Queue = queue.Queue(maxsize=1)  # the game waits here while the sender is full
-        self.outbox: deque = deque()  # refs of races put and not yet handed to the learner
+        self.outbox: deque = deque()  # races packed and not yet handed to the learner
         self.slots = threading.Condition()
-        self.races_put = 0
+        self.races_sent = 0
         self.acknowledged = 0
         self.races_played = 0
         self.parked = 0  # read-only, for stats(): the game's pause checks in a row that started no race (0: playing)
@@ -253,16 +256,16 @@ class CollectorActor:
             except queue.Empty:
                 continue
             with self.slots:  # backpressure: wait for a free slot
-                while self.races_put - self.acknowledged >= MAX_RACES_IN_FLIGHT and not self.stopping.is_set():
+                while self.races_sent - self.acknowledged >= MAX_RACES_IN_FLIGHT and not self.stopping.is_set():
                     self.slots.wait(0.5)
             start = time.perf_counter()
             envelope.meta["put_time"] = time.time()
             rollout_results, end_race_stats, meta = envelope
-            ref = ray.put((pack_race(rollout_results), end_race_stats, meta))
+            packed = (pack_race(rollout_results), end_race_stats, meta)
             self.timings.add("send_ms", 1000 * (time.perf_counter() - start))
             with self.slots:
-                self.outbox.append(ref)
-                self.races_put += 1
+                self.outbox.append(packed)
+                self.races_sent += 1
                 self.slots.notify_all()
 
     def _note_error(self, message: str) -> None:
@@ -271,24 +274,23 @@ class CollectorActor:
             self._log(message)
 
     # ------------------------------------------------------------------------------ called by the learner
-    def handoff(self, wait_s: float = HANDOFF_WAIT_S) -> dict:
-        """The races put since the last handoff (as refs; possibly none after `wait_s`), and who we are."""
+    def handoff(self, wait_s: float = HANDOFF_WAIT_S, taken: int = 0, incarnation: str | None = None) -> dict:
+        """The races sent since the last handoff (packed envelopes; possibly none after `wait_s`), and who we are.
+        `taken`: the races of `incarnation` the learner has taken so far, whose slots are free if that is us (a count
+        meant for our predecessor says nothing about our races)."""
         with self.slots:
+            if incarnation == self.incarnation:
+                self.acknowledged = max(self.acknowledged, int(taken))
+                self.slots.notify_all()
             if not self.outbox:
                 self.slots.wait(wait_s)
             races = list(self.outbox)
             self.outbox.clear()
         return {"incarnation": self.incarnation, "races": races}
 
-    def acknowledge(self, taken: int) -> None:
-        """The learner has taken (or given up on) `taken` races of this incarnation: their slots are free."""
-        with self.slots:
-            self.acknowledged = max(self.acknowledged, int(taken))
-            self.slots.notify_all()
-
     def stats(self) -> dict:
         with self.slots:
-            in_flight = self.races_put - self.acknowledged
+            in_flight = self.races_sent - self.acknowledged
         return {
             "incarnation": self.incarnation,
             "pid": os.getpid(),
@@ -297,7 +299,7 @@ class CollectorActor:
             "in_flight": in_flight,
             "paused": self.paused,
             # how many times in a row the game found the pause set and started no race: > 0 only between races (the
-            # race played before is counted in races_played, then put or on its way to the sender); 0 while playing
+            # race played before is counted in races_played, then sent or on its way to the sender); 0 while playing
             "parked": self.parked,
             # the game holds a finished race the full sender has no room for: it plays nothing until the learner
             # takes a race (backpressure), and its races_played cannot change meanwhile

@@ -6,10 +6,14 @@ game) and starts the policy store. `start()` creates the actors (one CPU each, s
 by Ray when their process dies).
 
 The learner's side of the pipeline, all from its own thread and never blocking beyond `get`'s timeout:
-- each actor has one `handoff` call outstanding, answered with the refs of the races it put; `get` waits
-  (`ray.wait`, bounded by its timeout) on those calls and on the refs, takes one ready race, acknowledges it
-  (the actor's slot is free again: at most 2 in flight per actor) and turns it back into the contract's
-  envelope. A race whose owner died with it (the actor restarted, its node left) is counted as lost;
+- each actor has one `handoff` call outstanding, answered with the races it sent (packed, in the answer itself:
+  an object of the learner's, in the object store of the actor's node); `get` waits (`ray.wait`, bounded by its
+  timeout) on those calls, takes the races of a ready answer with one `ray.get` and hands them out one at a time,
+  turned back into the contract's envelope. Once an actor's races are all taken, its next handoff is asked,
+  carrying the count taken (the actor's slots are free again: at most 2 in flight per actor). Per race that is
+  one wait, one get and one call, the fewest Ray allows (each costs ~0.3 ms of the learner's thread: an answer of
+  refs to get one by one and a call per acknowledgement cost it twice that). An answer lost with its node (read
+  after its node left) is counted as a lost race;
 - `publish` converts the weights to numpy once and puts them once; the policy store hands the ref to the
   actors, which pull it only when newer;
 - `pause`/`resume` set the store's flag, `learner_progress` its frame count and, after a live edit, the
@@ -24,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, ObjectLostError, OwnerDiedError, RayActorError, RayError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, ObjectLostError, RayActorError, RayError
 
 from trackmania_rl.config.loader import ConfigError
 from trackmania_rl.config.values import config_to_values
@@ -55,6 +59,7 @@ class ActorSlot:
     races: int = 0  # races taken from this slot over the run
     lost: int = 0
     handoff: object = None  # the outstanding handoff call's ref
+    held: int = 0  # races of its answers not yet taken: its next handoff is asked once they are
     retry_at: float = 0.0
     state: str = "PENDING_CREATION"  # as the cluster's actor table says
     node_ip: str = ""
@@ -63,9 +68,10 @@ class ActorSlot:
 
 @dataclass
 class PendingRace:
-    ref: object
+    packed: tuple  # (packed rollout_results, end_race_stats, meta), as the actor sent it
     slot: ActorSlot
     incarnation: str
+    get_ms: float  # its share of the `ray.get` of the answer it came in
 
 
 class RaySource(RolloutSource):
@@ -107,6 +113,7 @@ class RaySource(RolloutSource):
         self._lost_in_window = 0
         self.lost = 0
         self.stopped = False
+        self.last_take_ms: dict[str, float] = {}  # the last race's take, by stage (benchmarks/ray.py reports them)
 
     # ------------------------------------------------------------------------------------------ start
     def start(self) -> None:
@@ -125,7 +132,7 @@ class RaySource(RolloutSource):
         self.log(f"Ray: {self.actors_count} collector actor(s), one game each, on {_nodes_summary()}")
 
     def _ask(self, slot: ActorSlot) -> None:
-        slot.handoff = slot.handle.handoff.remote(HANDOFF_WAIT_S)
+        slot.handoff = slot.handle.handoff.remote(HANDOFF_WAIT_S, slot.taken, slot.incarnation)
 
     # ------------------------------------------------------------------------------------------ races in
     def get(self, timeout_s: float):
@@ -133,16 +140,11 @@ class RaySource(RolloutSource):
         while True:
             self._collect_handoffs()
             if self.pending:
-                ready, _ = ray.wait([race.ref for race in self.pending], num_returns=1, timeout=0, fetch_local=True)
-                if ready:
-                    envelope = self._take(ready[0])
-                    if envelope is not None:
-                        return envelope
-                    continue
+                return self._take(self.pending.popleft())
             remaining = deadline - self.clock()
             if remaining <= 0:
                 return None
-            waitables = [race.ref for race in self.pending] + [slot.handoff for slot in self.slots if slot.handoff is not None]
+            waitables = [slot.handoff for slot in self.slots if slot.handoff is not None]
             if waitables:
                 ray.wait(waitables, num_returns=1, timeout=min(remaining, HANDOFF_WAIT_S), fetch_local=True)
             else:  # every actor restarting or dead: nothing to wait on but the clock
@@ -154,21 +156,36 @@ class RaySource(RolloutSource):
         ready = set(ray.wait(calls, num_returns=len(calls), timeout=0, fetch_local=True)[0]) if calls else set()
         for slot in self.slots:
             if slot.handoff is None:
-                if now >= slot.retry_at and not self.stopped:
+                if now >= slot.retry_at and not self.stopped and not slot.held:
                     self._ask(slot)
                 continue
             if slot.handoff not in ready:
                 continue
+            start = time.perf_counter()
             try:
                 reply = ray.get(slot.handoff, timeout=GET_TIMEOUT_S)
             except (RayActorError, RayError) as e:  # it died (Ray restarts it, or it is dead for good) or is unreachable
                 slot.handoff, slot.retry_at = None, now + RETRY_HANDOFF_S  # for now: ask again later
                 died = isinstance(e, RayActorError) and not isinstance(e, ActorUnavailableError)
                 slot.failed_before_answer = slot.failed_before_answer or (slot.incarnation is None and died)
+                if isinstance(e, (ObjectLostError, GetTimeoutError)):  # an answer that held races (one without lives here)
+                    self._count_lost(slot, type(e).__name__)
                 continue
+            get_ms = 1000 * (time.perf_counter() - start)
+            slot.handoff = None
             self._note_incarnation(slot, reply["incarnation"])
-            self.pending.extend(PendingRace(ref, slot, reply["incarnation"]) for ref in reply["races"])
-            self._ask(slot)
+            races = reply["races"]
+            get_ms /= max(1, len(races))
+            self.pending.extend(PendingRace(packed, slot, reply["incarnation"], get_ms) for packed in races)
+            slot.held += len(races)
+            if not races:
+                self._ask(slot)
+
+    def _count_lost(self, slot: ActorSlot, why: str) -> None:
+        slot.lost += 1
+        self.lost += 1
+        self._lost_in_window += 1
+        self.log(f"Ray actor {slot.index}: a race was lost with its node ({why}); the run goes on")
 
     def _note_incarnation(self, slot: ActorSlot, incarnation: str) -> None:
         if slot.incarnation == incarnation:
@@ -182,26 +199,20 @@ class RaySource(RolloutSource):
             self.log(f"Ray actor {slot.index} was restarted ({slot.restarts} time(s)); it pulls the weights again")
         slot.incarnation, slot.taken = incarnation, 0
 
-    def _take(self, ref):
-        race = next(r for r in self.pending if r.ref == ref)
-        self.pending.remove(race)
+    def _take(self, race: PendingRace):
         slot = race.slot
         start = time.perf_counter()
-        try:
-            message = ray.get(ref, timeout=GET_TIMEOUT_S)
-        except (OwnerDiedError, ObjectLostError, RayActorError, GetTimeoutError, RayError) as e:
-            slot.lost += 1
-            self.lost += 1
-            self._lost_in_window += 1
-            self.log(f"Ray actor {slot.index}: a race was lost with its owner ({type(e).__name__}); the run goes on")
-            return None
-        finally:
-            if race.incarnation == slot.incarnation:
-                slot.taken += 1
-                slot.handle.acknowledge.remote(slot.taken)  # frees its slot; no answer awaited
-        packed, end_race_stats, meta = message
+        packed, end_race_stats, meta = race.packed
         envelope = (unpack_race(packed), end_race_stats, meta)
-        self._window["ingest_ms"].append(1000 * (time.perf_counter() - start))
+        unpacked = time.perf_counter()
+        slot.held -= 1
+        if race.incarnation == slot.incarnation:
+            slot.taken += 1
+        if not slot.held and slot.handoff is None and not self.stopped:
+            self._ask(slot)  # carries the count taken: frees the actor's slots
+        asked = time.perf_counter()
+        self.last_take_ms = {"object_store_get": race.get_ms, "unpack": 1000 * (unpacked - start), "ask": 1000 * (asked - unpacked)}
+        self._window["ingest_ms"].append(race.get_ms + 1000 * (unpacked - start))
         meta["collector"] = slot.index
         self._window["delivery_s"].append(max(0.0, time.time() - meta.get("put_time", time.time())))
         versions = envelope[0][POLICY_VERSION]
@@ -264,27 +275,10 @@ class RaySource(RolloutSource):
                 slot.ray_restarts = restarts
             slot.state = entry.get("State", slot.state)
             slot.node_ip = (entry.get("Address") or {}).get("IPAddress", "")
-        self._drop_orphans()
         alive = sum(1 for slot in self.slots if slot.state == "ALIVE")
         dead = sum(1 for slot in self.slots if slot.state == "DEAD")
         active = len(self.slots) - dead
         return SourceHealth(self.name, len(self.slots), alive, replaced, self.paused, active, exhausted=bool(self.slots) and active == 0)
-
-    def _drop_orphans(self) -> None:
-        """Count as lost the races of an actor's previous incarnation whose object died with it (Ray may not report
-        them ready to `ray.wait`), so that nothing waits on them for ever."""
-        for race in [r for r in self.pending if r.incarnation != r.slot.incarnation]:
-            try:
-                ray.get(race.ref, timeout=0.01)
-            except GetTimeoutError:
-                continue
-            except RayError:
-                self.pending.remove(race)
-                race.slot.lost += 1
-                self.lost += 1
-                self._lost_in_window += 1
-                self.log(f"Ray actor {race.slot.index}: a race was lost with its owner; the run goes on")
-            # an object still readable stays: `get` takes it
 
     # ------------------------------------------------------------------------------------------ figures
     def scalars(self) -> dict[str, float]:
