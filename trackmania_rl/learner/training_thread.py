@@ -104,6 +104,7 @@ class TrainingThread:
             with self._state:
                 self._pause_requests -= 1
                 self._state.notify_all()
+            self._new_data.set()  # a thread idling between rounds (a learner group's) looks at once
 
     def stop(self) -> None:
         """End the thread after its current step; returns once it has ended (or after `_stop_timeout_s`)."""
