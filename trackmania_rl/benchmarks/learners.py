@@ -212,10 +212,11 @@ def _step_ms(windows: list) -> dict:
     return ms
 
 
-def _measure_precision(precision: str, base_text: str, races: list, workdir: Path, rounds: int, window_s: float, groups: list):
-    """The figures of one precision (module docstring)."""
+def _measure_precision(
+    precision: str, base_text: str, default_exchange: str, races: list, workdir: Path, rounds: int, window_s: float, groups: list
+):
+    """The figures of one precision (module docstring); `default_exchange`: the config's, for the lone learners and quad."""
     paths = {exchange: _config_for(workdir, base_text, precision, exchange) for exchange in EXCHANGES}
-    default_exchange = "overlap"
     alone = _Learners(1, paths[default_exchange], races, workdir)
     other = _Learners(1, paths[default_exchange], races, workdir)  # with `alone`: two unrelated learners at once
     groups += [alone, other]
@@ -298,7 +299,8 @@ def run(args):
         races, _ = record_races(live.current, GAME_BACKEND, 3 if quick else 6, SHIPPED_WEIGHTS, RECORDING_FRAMES_PLAYED)
         base_text = config_path.read_text()
         for precision in precisions:
-            yield from _measure_precision(precision, base_text, races, workdir, rounds, window_s, groups)
+            default_exchange = live.current.learners_gradient_exchange
+            yield from _measure_precision(precision, base_text, default_exchange, races, workdir, rounds, window_s, groups)
             for learners in groups:
                 learners.close()
             groups.clear()

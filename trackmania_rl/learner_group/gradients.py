@@ -30,38 +30,6 @@ BUCKET_BYTES = 512 * 1024  # a few buckets for these networks (1.7-4 MB of gradi
 EXCHANGES = ("overlap", "after_backward")
 
 
-class AfterBackwardExchange:
-    def __init__(self, pg, ranks: int, parameters):
-        self.pg = pg
-        self.ranks = ranks
-        self.parameters = list(parameters)
-        self.flat = torch.zeros(sum(p.numel() for p in self.parameters), dtype=torch.float32, device=self.parameters[0].device)
-        self.exchanges = 0
-        self.seconds = 0.0  # the train step's wait for the exchange (the figure learners.allreduce_ms)
-
-    def start(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-    def finish(self) -> None:
-        views, offset = [], 0
-        for p in self.parameters:
-            view = self.flat[offset : offset + p.numel()]
-            offset += p.numel()
-            if p.grad is not None:
-                view.copy_(p.grad.reshape(-1))
-                views.append((p, view))
-        begin = time.perf_counter()
-        wait(self.pg.allreduce([self.flat]), "the gradient all_reduce")
-        self.seconds += time.perf_counter() - begin
-        self.exchanges += 1
-        self.flat.div_(self.ranks)
-        for p, view in views:
-            p.grad.copy_(view.view_as(p.grad))
-
-
 class _Bucket:
     def __init__(self, parameters: list, device):
         self.parameters = parameters
@@ -73,6 +41,41 @@ class _Bucket:
             offset += p.numel()
         self.filled: set = set()
         self.work = None
+
+    def average_into_grads(self, ranks: int) -> None:
+        """The ranks' summed gradients divided by their number, copied back into each parameter that has a gradient."""
+        self.flat.div_(ranks)
+        for p in self.parameters:
+            if p.grad is not None:
+                p.grad.copy_(self.views[p].view_as(p.grad))
+
+
+class AfterBackwardExchange:
+    def __init__(self, pg, ranks: int, parameters):
+        self.pg = pg
+        self.ranks = ranks
+        parameters = list(parameters)
+        self.bucket = _Bucket(parameters, parameters[0].device)  # every gradient in one all_reduce
+        self.flat = self.bucket.flat
+        self.exchanges = 0
+        self.seconds = 0.0  # the train step's wait for the exchange (the figure learners.allreduce_ms)
+
+    def start(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def finish(self) -> None:
+        bucket = self.bucket
+        for p in bucket.parameters:
+            if p.grad is not None:
+                bucket.views[p].copy_(p.grad.reshape(-1))
+        begin = time.perf_counter()
+        wait(self.pg.allreduce([bucket.flat]), "the gradient all_reduce")
+        self.seconds += time.perf_counter() - begin
+        self.exchanges += 1
+        bucket.average_into_grads(self.ranks)
 
 
 class OverlappedExchange:
@@ -136,10 +139,7 @@ class OverlappedExchange:
         self.seconds += time.perf_counter() - begin
         self.exchanges += 1
         for bucket in self.buckets:
-            bucket.flat.div_(self.ranks)
-            for p in bucket.parameters:
-                if p.grad is not None:
-                    p.grad.copy_(bucket.views[p].view_as(p.grad))
+            bucket.average_into_grads(self.ranks)
 
     def close(self) -> None:
         for handle in self.handles:
