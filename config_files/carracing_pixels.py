@@ -21,6 +21,9 @@ W_downsized = 64
 # [restart] How frames are drawn: "fast" (the scene drawn straight at the frame's size, ~11x cheaper to draw) or "pygame"
 # (CarRacing's own drawing into its 1000 x 800 window, smoothscaled; pixel-exact). docs/config.md says how they differ.
 frame_renderer = "fast"
+# [restart] CarRacing: True makes the frame the whole view with its HUD bar (speed, ABS, steering and gyro bars; not the
+# score digits) in its bottom 5/40 rows, as Gymnasium's observation has it; False: the view above the HUD only.
+frame_hud = False
 
 # ---------------------------------------------------------------------------------------------------
 # Games from pixels: the Gymnasium backend (config_files/enduro.py sets these; docs/config.md §2.14). The game is

@@ -30,11 +30,20 @@ FRAME_PREPROCESSING = {
 }
 
 
+# with frame_hud: what changes in the words above
+_HUD_VIEW = (
+    "With frame_hud: the whole view, as if drawn W_downsized x H_downsized pixels (no rows cut off), its bottom 5/40 the "
+    "HUD bar as CarRacing draws it (black, the speed bar, the four wheels' ABS bars, the steering and gyro bars) without "
+    "its score digits."
+)
+
+
 def frame_preprocessing(cfg) -> str:
-    """How the frames of `cfg` (its frame_renderer, its frame_stack) are made, in words."""
+    """How the frames of `cfg` (its frame_renderer, frame_hud and frame_stack) are made, in words."""
+    words = FRAME_PREPROCESSING[cfg.frame_renderer] + (" " + _HUD_VIEW if cfg.frame_hud else "")
     if cfg.frame_stack == 1:
-        return FRAME_PREPROCESSING[cfg.frame_renderer]
-    return FRAME_PREPROCESSING[cfg.frame_renderer] + (
+        return words
+    return words + (
         f" A state is the last {cfg.frame_stack} such frames stacked as channels, oldest first, shape ({cfg.frame_stack}, "
         f"{cfg.H_downsized}, {cfg.W_downsized}); a race's first frame stands for the frames before it."
     )

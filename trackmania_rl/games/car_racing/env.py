@@ -5,8 +5,9 @@ centerline.
 "pygame": CarRacing's own drawing into its 1000 x 800 window, smoothscaled to the frame (pixel for pixel what
 Gymnasium's CarRacing-v3 shows above its HUD). "fast": the same scene drawn straight at the frame's size
 (fast_view.py), about 11 times cheaper (`game.render_speedup_fast`). Neither reads a file while it draws: the state
-view leaves out CarRacing's HUD bar, which lies below the frame's rows and whose score text loads pygame's font file
-at every render (a reinstall of pygame under a running collector made those renders fail: docs/runs/2026-11-27_gpu_box_h100)."""
+view leaves out CarRacing's HUD bar, which lies below the frame's rows (with frame_hud, its bars are drawn but not its
+score text), and the HUD's score text loads pygame's font file at every render (a reinstall of pygame under a running
+collector made those renders fail: docs/runs/2026-11-27_gpu_box_h100)."""
 
 from __future__ import annotations
 
@@ -32,19 +33,23 @@ def native_step_limit() -> int:
     return int(gymnasium.spec(NATIVE_ENV_ID).max_episode_steps)
 
 
-def frame_render_size(H_downsized: int, W_downsized: int) -> tuple[int, int]:
+def frame_render_size(H_downsized: int, W_downsized: int, hud: bool = False) -> tuple[int, int]:
     """(width, height) to render CarRacing at so that its view above the HUD is exactly
     W_downsized x H_downsized pixels: pygame's smoothscale then does the downsizing in one area-averaging
-    pass from the 1000 x 800 window (no second resampling, nothing to resize afterwards).
+    pass from the 1000 x 800 window (no second resampling, nothing to resize afterwards). With `hud` (config
+    setting frame_hud) the frame is the whole window, the HUD bar in its bottom 5/40 rows, as Gymnasium's observation.
     ValueError for sizes it cannot draw."""
-    for name, value, limit in (("H_downsized", H_downsized, MAX_FRAME_H), ("W_downsized", W_downsized, MAX_FRAME_W)):
+    max_h = gym_car_racing.WINDOW_H if hud else MAX_FRAME_H
+    for name, value, limit in (("H_downsized", H_downsized, max_h), ("W_downsized", W_downsized, MAX_FRAME_W)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
             raise ValueError(f"config setting `{name}` = {value!r}: the frame size must be a positive integer")
         if value > limit:
             raise ValueError(
-                f"config setting `{name}` = {value}: CarRacing draws its view without the HUD into "
-                f"{MAX_FRAME_W} x {MAX_FRAME_H} pixels (W x H); it cannot produce a larger frame"
+                f"config setting `{name}` = {value}: CarRacing draws its view {'with' if hud else 'without'} the HUD into "
+                f"{MAX_FRAME_W} x {max_h} pixels (W x H); it cannot produce a larger frame"
             )
+    if hud:
+        return int(W_downsized), int(H_downsized)
     # the smallest height whose rows wholly above the HUD's top edge number H_downsized (never more:
     # height < H * 40/35 + 1 gives fewer than H + 35/40 such rows)
     render_h = -(-H_downsized * VIEW_FRACTION[1] // VIEW_FRACTION[0])
@@ -59,14 +64,21 @@ class CarRacingEnv(gym_car_racing.CarRacing):
     (`_render_road`), with pixels identical to CarRacing's own.
 
     `fast_frame_size` (height, width): also draw frames of that size with the fast renderer
-    (`render_fast_frame()`); its track is gathered at every reset."""
+    (`render_fast_frame()`); its track is gathered at every reset. `hud`: both renderers draw the HUD bar's indicators
+    (speed, the four wheels' ABS bars, steering, gyro) as CarRacing does, but not its score digits: drawing text loads
+    pygame's font file at every render, and the score is the reward so far, not the car's state."""
 
-    def __init__(self, render_size: tuple[int, int] = (gym_car_racing.STATE_W, gym_car_racing.STATE_H), fast_frame_size=None):
+    def __init__(
+        self, render_size: tuple[int, int] = (gym_car_racing.STATE_W, gym_car_racing.STATE_H), fast_frame_size=None, hud: bool = False
+    ):
         super().__init__(render_mode="state_pixels", continuous=True, domain_randomize=False)
         self.render_size = tuple(render_size)
+        self.hud = bool(hud)
         self._render_requested = False
         self._road_drawing: _RoadDrawing | None = None
-        self.fast_frames = None if fast_frame_size is None else FastFrameRenderer(*fast_frame_size, render_h=self.render_size[1])
+        self.fast_frames = None
+        if fast_frame_size is not None:
+            self.fast_frames = FastFrameRenderer(*fast_frame_size, render_h=self.render_size[1], hud=self.hud)
         self.reset_seed = None  # the seed of the last reset, while no step has been played since (else None)
 
     def reset(self, *args, **kwargs):
@@ -114,11 +126,14 @@ class CarRacingEnv(gym_car_racing.CarRacing):
         self._render_road(zoom, translation, angle)
         self.car.draw(self.surf, zoom, translation, angle, False)  # no skid marks in the state view, as CarRacing
         self.surf = pygame.transform.flip(self.surf, False, True)
+        if self.hud:
+            self._render_indicators(gym_car_racing.WINDOW_W, gym_car_racing.WINDOW_H)  # CarRacing's own bar; no score text
         return self._create_image_array(self.surf, self.render_size)
 
     def render_state_pixels(self) -> np.ndarray:
         """The (render_h, render_w, 3) RGB image `step()` would have returned as its observation, drawn by
-        CarRacing's pygame code; the same pixels above the HUD, whose rows are left as the scene (not drawn)."""
+        CarRacing's pygame code; the same pixels above the HUD, whose rows are left as the scene (not drawn), or with
+        `hud` the HUD bar as CarRacing draws it but for its score digits."""
         self._render_requested = True
         try:
             return self._render("state_pixels")

@@ -12,7 +12,8 @@ The scene, in CarRacing's drawing order and colours, as its "state_pixels" rende
   `bind_track` makes each tile's colour a row of this renderer's array, so a recolouring is seen at once);
 - the car: each wheel and its turning white stripe, then the hull's four parts.
 CarRacing's state view draws no skid marks (it passes draw_particles=False for "state_pixels") and its HUD bar lies
-below the frame's rows: neither is drawn, by either renderer. Colours are drawn as the grey level they have in the
+below the frame's rows: neither is drawn, by either renderer, unless `hud` (config setting frame_hud) makes the frame
+the whole window, HUD bar included (its indicators; not its score digits). Colours are drawn as the grey level they have in the
 pygame frame (`grey_level`), which averaging commutes with.
 
 Edges are placed as pygame places them, on average. pygame truncates a vertex to whole window pixels and fills the
@@ -44,6 +45,9 @@ SMOOTHSCALE_LOSS = 2
 # 0.75 -> 0.209 / 0.208 / 0.213 / 0.216, around the car 1.65 / 1.44 / 1.79 / 2.17).
 GROW_ROAD_PX = 0.75
 GROW_CAR_PX = 0.25
+# pygame.draw.polygon (the HUD's) fills from the first to the last window pixel its truncated vertices touch, both
+# included: half a pixel more than the exact shape on each side, on average
+GROW_HUD_PX = 0.5
 
 
 def camera_zoom(t: float) -> float:
@@ -77,6 +81,37 @@ def grey_level(rgb) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     darkened = np.clip(rgb - SMOOTHSCALE_LOSS, 0, 255).astype(np.uint8)
     return cv2.cvtColor(darkened[None], cv2.COLOR_RGB2GRAY)[0].astype(np.int64)
+
+
+def hud_rectangles(env: gym_car_racing.CarRacing) -> tuple[np.ndarray, list[int]]:
+    """CarRacing's HUD bar as its `_render_indicators` draws it into the 1000 x 800 window (rows counted down from the
+    top, after the view's flip), in its drawing order: (R, 4, 2) rectangles in window pixels and each one's grey level.
+    Each indicator is left out when its value is within 1e-4 of 0, as CarRacing leaves it out."""
+    w, h = gym_car_racing.WINDOW_W, gym_car_racing.WINDOW_H
+    s, u = w / 40.0, h / 40.0
+    rectangles = [[(w, h), (w, h - 5 * u), (0, h - 5 * u), (0, h)]]
+    colours = [(0, 0, 0)]
+
+    def vertical(place, value, scale, colour):
+        if abs(value) > 1e-4:
+            top = h - (u + u * scale * value)
+            rectangles.append([(place * s, top), ((place + 1) * s, top), ((place + 1) * s, h - u), (place * s, h - u)])
+            colours.append(colour)
+
+    def horizontal(place, value, scale, colour):
+        if abs(value) > 1e-4:
+            end = (place + scale * value) * s
+            rectangles.append([(place * s, h - 4 * u), (end, h - 4 * u), (end, h - 2 * u), (place * s, h - 2 * u)])
+            colours.append(colour)
+
+    car = env.car
+    velocity = car.hull.linearVelocity
+    vertical(5, math.sqrt(velocity[0] ** 2 + velocity[1] ** 2), 0.02, (255, 255, 255))  # speed
+    for index, colour in enumerate([(0, 0, 255), (0, 0, 255), (51, 0, 255), (51, 0, 255)]):  # the wheels' spin (ABS)
+        vertical(7 + index, car.wheels[index].omega, 0.01, colour)
+    horizontal(20, car.wheels[0].joint.angle, -10.0, (0, 255, 0))  # steering
+    horizontal(30, car.hull.angularVelocity, -0.8, (255, 0, 0))  # gyro
+    return np.array(rectangles, dtype=np.float64), grey_level(colours).tolist()
 
 
 def grown(polygons: np.ndarray, half_x, half_y, orientation=None) -> np.ndarray:
@@ -117,8 +152,9 @@ class FastFrameRenderer:
     is its top `height` rows, so the camera and the rows' scale are the pygame frame's. Call `bind_track(env)` after
     each reset (a new track, a new car) and `draw(env)` for each frame."""
 
-    def __init__(self, height: int, width: int, render_h: int, supersample: int = SUPERSAMPLE):
+    def __init__(self, height: int, width: int, render_h: int, supersample: int = SUPERSAMPLE, hud: bool = False):
         self.height, self.width, self.supersample = int(height), int(width), int(supersample)
+        self.hud = bool(hud)
         self.canvas = np.empty((self.height * self.supersample, self.width * self.supersample), dtype=np.uint8)
         # window pixels -> canvas pixels (the window's rows are flipped: CarRacing flips its surface)
         self.scale_x = self.width * self.supersample / gym_car_racing.WINDOW_W
@@ -221,7 +257,19 @@ class FastFrameRenderer:
         for quad, (grey, stripe_of) in zip(quads[n_scene:], self.car_order, strict=True):
             if stripe_of is None or not hidden[stripe_of]:
                 cv2.fillConvexPoly(canvas, quad, grey, cv2.LINE_8, SHIFT)
+        if self.hud:
+            self._draw_hud(canvas, env)
         return cv2.resize(canvas, (self.width, self.height), interpolation=cv2.INTER_AREA)[None]
+
+    def _draw_hud(self, canvas: np.ndarray, env: gym_car_racing.CarRacing) -> None:
+        """CarRacing's HUD bar (its `_render_indicators`, in window pixels, rows down): the black bar, then each
+        indicator whose value is not ~0, each rectangle filled as pygame.draw.polygon fills it (GROW_HUD_PX)."""
+        quads, greys = hud_rectangles(env)
+        if not len(quads):
+            return
+        canvas_quads = quads * np.array([self.scale_x, self.scale_y]) - 0.5  # OpenCV's pixel centres on whole coordinates
+        for quad, grey in zip(self._fixed(canvas_quads, GROW_HUD_PX), greys, strict=True):
+            cv2.fillConvexPoly(canvas, quad, grey, cv2.LINE_8, SHIFT)
 
     def _road_greys(self) -> np.ndarray:
         """Each road polygon's grey, recomputed when a tile was recoloured since the last frame."""

@@ -219,7 +219,7 @@ class CarRacingGameInstance(GameInstance):
         self.controls, self._action_flag_lists = action_tables(cfg)
         self._accelerates = [bool(a["accelerate"]) for a in cfg.inputs]
         self.frame_shape = (cfg.frame_stack, cfg.H_downsized, cfg.W_downsized)  # a state's; render_frame draws one frame
-        self._render_w, self._render_h = frame_render_size(cfg.H_downsized, cfg.W_downsized)
+        self._render_w, self._render_h = frame_render_size(cfg.H_downsized, cfg.W_downsized, cfg.frame_hud)
         # the fast renderer draws the frame itself; the pygame one a view that convert_frame turns into the frame
         self._fast = cfg.frame_renderer == RENDERER_FAST
         self._car_state_slice = full_layout.span(car_floats.CAR_STATE_FIRST, car_floats.CAR_STATE_LAST)
@@ -235,7 +235,7 @@ class CarRacingGameInstance(GameInstance):
     # ----------------------------------------------------------------------------------------------
     def _make_env(self) -> CarRacingEnv:
         fast_frame_size = (self.cfg.H_downsized, self.cfg.W_downsized) if self._fast else None
-        return CarRacingEnv(render_size=(self._render_w, self._render_h), fast_frame_size=fast_frame_size)
+        return CarRacingEnv(render_size=(self._render_w, self._render_h), fast_frame_size=fast_frame_size, hud=self.cfg.frame_hud)
 
     def _rebuild_env(self) -> None:
         try:
@@ -362,7 +362,7 @@ class CarRacingGameInstance(GameInstance):
     # Observations
     # ----------------------------------------------------------------------------------------------
     def convert_frame(self, rgb: np.ndarray) -> np.ndarray:
-        """Rendered RGB view -> (1, H, W) uint8 grey frame: the rows above the HUD, in grey."""
+        """Rendered RGB view -> (1, H, W) uint8 grey frame: the rows above the HUD (all of them with frame_hud), in grey."""
         _, height, width = self.frame_shape
         if rgb.shape[:2] != (self._render_h, width):
             raise ValueError(f"expected a {width} x {self._render_h} rendered view, got shape {rgb.shape}")

@@ -22,8 +22,13 @@ def make_game_instance(cfg, rules: str = RULES_TRAINING):
 
 def check_config(cfg) -> None:
     """Makes the env once: ConfigError naming what cannot work (unknown id, missing package, no image, unmapped action)."""
+    from trackmania_rl.config.schema import ConfigError
     from trackmania_rl.games.gymnasium.instance import describe_env, make_env
 
+    if cfg.frame_hud:
+        raise ConfigError(
+            "config setting `frame_hud` = True: it draws the built-in CarRacing's HUD; a Gymnasium env's frame is its own picture"
+        )
     env = make_env(cfg)
     try:
         describe_env(cfg, env)
