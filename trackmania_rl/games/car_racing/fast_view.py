@@ -83,6 +83,17 @@ def grey_level(rgb) -> np.ndarray:
     return cv2.cvtColor(darkened[None], cv2.COLOR_RGB2GRAY)[0].astype(np.int64)
 
 
+# the HUD's colours as CarRacing's `_render_indicators` draws them, and their grey levels, computed once: the bar, the
+# speed, the front and the rear wheels' spin (ABS), the steering, the gyro
+_HUD_GREY = dict(
+    zip(
+        ("bar", "speed", "abs_front", "abs_rear", "steering", "gyro"),
+        grey_level([(0, 0, 0), (255, 255, 255), (0, 0, 255), (51, 0, 255), (0, 255, 0), (255, 0, 0)]).tolist(),
+        strict=True,
+    )
+)
+
+
 def hud_rectangles(env: gym_car_racing.CarRacing) -> tuple[np.ndarray, list[int]]:
     """CarRacing's HUD bar as its `_render_indicators` draws it into the 1000 x 800 window (rows counted down from the
     top, after the view's flip), in its drawing order: (R, 4, 2) rectangles in window pixels and each one's grey level.
@@ -90,28 +101,28 @@ def hud_rectangles(env: gym_car_racing.CarRacing) -> tuple[np.ndarray, list[int]
     w, h = gym_car_racing.WINDOW_W, gym_car_racing.WINDOW_H
     s, u = w / 40.0, h / 40.0
     rectangles = [[(w, h), (w, h - 5 * u), (0, h - 5 * u), (0, h)]]
-    colours = [(0, 0, 0)]
+    greys = [_HUD_GREY["bar"]]
 
-    def vertical(place, value, scale, colour):
+    def vertical(place, value, scale, part):
         if abs(value) > 1e-4:
             top = h - (u + u * scale * value)
             rectangles.append([(place * s, top), ((place + 1) * s, top), ((place + 1) * s, h - u), (place * s, h - u)])
-            colours.append(colour)
+            greys.append(_HUD_GREY[part])
 
-    def horizontal(place, value, scale, colour):
+    def horizontal(place, value, scale, part):
         if abs(value) > 1e-4:
             end = (place + scale * value) * s
             rectangles.append([(place * s, h - 4 * u), (end, h - 4 * u), (end, h - 2 * u), (place * s, h - 2 * u)])
-            colours.append(colour)
+            greys.append(_HUD_GREY[part])
 
     car = env.car
     velocity = car.hull.linearVelocity
-    vertical(5, math.sqrt(velocity[0] ** 2 + velocity[1] ** 2), 0.02, (255, 255, 255))  # speed
-    for index, colour in enumerate([(0, 0, 255), (0, 0, 255), (51, 0, 255), (51, 0, 255)]):  # the wheels' spin (ABS)
-        vertical(7 + index, car.wheels[index].omega, 0.01, colour)
-    horizontal(20, car.wheels[0].joint.angle, -10.0, (0, 255, 0))  # steering
-    horizontal(30, car.hull.angularVelocity, -0.8, (255, 0, 0))  # gyro
-    return np.array(rectangles, dtype=np.float64), grey_level(colours).tolist()
+    vertical(5, math.sqrt(velocity[0] ** 2 + velocity[1] ** 2), 0.02, "speed")
+    for index, part in enumerate(("abs_front", "abs_front", "abs_rear", "abs_rear")):  # the wheels' spin
+        vertical(7 + index, car.wheels[index].omega, 0.01, part)
+    horizontal(20, car.wheels[0].joint.angle, -10.0, "steering")
+    horizontal(30, car.hull.angularVelocity, -0.8, "gyro")
+    return np.array(rectangles, dtype=np.float64), greys
 
 
 def grown(polygons: np.ndarray, half_x, half_y, orientation=None) -> np.ndarray:
@@ -264,9 +275,7 @@ class FastFrameRenderer:
     def _draw_hud(self, canvas: np.ndarray, env: gym_car_racing.CarRacing) -> None:
         """CarRacing's HUD bar (its `_render_indicators`, in window pixels, rows down): the black bar, then each
         indicator whose value is not ~0, each rectangle filled as pygame.draw.polygon fills it (GROW_HUD_PX)."""
-        quads, greys = hud_rectangles(env)
-        if not len(quads):
-            return
+        quads, greys = hud_rectangles(env)  # the bar is always among them
         canvas_quads = quads * np.array([self.scale_x, self.scale_y]) - 0.5  # OpenCV's pixel centres on whole coordinates
         for quad, grey in zip(self._fixed(canvas_quads, GROW_HUD_PX), greys, strict=True):
             cv2.fillConvexPoly(canvas, quad, grey, cv2.LINE_8, SHIFT)
