@@ -31,7 +31,7 @@ frame_hud = False
 # ---------------------------------------------------------------------------------------------------
 frame_stack = 1  # [restart] frames per state, the network's channels (CarRacing: 1, its motion is in the floats)
 action_set = None  # [restart] None: config_files/inputs_list.py's actions; or names such as "accelerate+left"
-reward_per_game_point = 0.0  # x the game's own reward of each step (CarRacing's rewards: centerline and tiles, below)
+reward_per_game_point = 0.0  # x the game's own reward of each step (CarRacing: its native score's terms; the recipe's are below)
 game_reward_clip = None  # the game's reward of a step clipped to +- this first (None: not clipped)
 gymnasium_env_id = None  # [restart] a registered Gymnasium env id, e.g. "ALE/Enduro-v5"
 gymnasium_ms_per_step = 1000 * 4 / 60  # [restart] game time of one env step (ALE v5: 4 frames at 60 Hz)

@@ -265,6 +265,9 @@ def test_leaving_the_playfield_ends_the_race_as_a_cutoff(short_game, cfg, play):
     # Gymnasium's -100 replaces the last step's reward
     steps = stats["race_time_for_ratio"] // 20
     assert stats["native_score"] == pytest.approx(1000 * stats["tiles_visited_fraction"] - 0.1 * (steps - 1) - 100)
+    # the action it left on carries the -100 in the game's own reward of each action (one per action)
+    assert len(results["game_reward"]) == 6 and results["game_reward"][-1] == pytest.approx(-100, abs=0.5)
+    assert sum(results["game_reward"]) == pytest.approx(stats["native_score"])
 
 
 def test_each_stage_is_timed_by_the_games_clock(cfg, play):
@@ -369,17 +372,22 @@ def test_one_render_per_action_is_bit_identical_to_plain_steps(cfg, monkeypatch,
         plain = gym_car_racing.CarRacing(render_mode="state_pixels")
         observation, _ = plain.reset(seed=8)
         native_score = 0.0
-        plain_frames = []
+        plain_frames, plain_action_rewards = [], []
         for action in results["actions"]:
             plain_frames.append(game.convert_frame(observation))
+            action_reward = 0.0
             for _ in range(cfg.physics_steps_per_action):
                 observation, reward, _, _, _ = plain.step(game.controls[action].copy())
                 native_score += reward
+                action_reward += reward
+            plain_action_rewards.append(action_reward)
         plain.close()
         assert len(plain_frames) == len(results["frames"]) == 25
         for ours, theirs in zip(results["frames"], plain_frames, strict=True):
             np.testing.assert_array_equal(ours, theirs)
         assert stats["native_score"] == native_score  # exact: same float operations
+        assert results["game_reward"] == plain_action_rewards  # the game's own reward of each action, exact too
+        assert any(r > 0 for r in plain_action_rewards) and any(r < 0 for r in plain_action_rewards)  # tiles and time
         # and the raw view after the last action (above the HUD: step() draws the HUD's score before
         # subtracting that step's 0.1, a render after the step shows it after, so the digits may differ)
         view_rows = cfg.H_downsized

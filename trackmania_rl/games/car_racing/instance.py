@@ -30,6 +30,7 @@ from gymnasium.envs.box2d import car_racing as gym_car_racing
 from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP, RENDERER_FAST
 from trackmania_rl.games.base import (
     CENTERLINE_STATE_KEYS,
+    GAME_REWARD,
     RACE_RULES,
     ROAD_TILE_COUNTS,
     ROAD_TILES_MISSED,
@@ -106,7 +107,9 @@ class _Race:
         self.geometry, self.tracker, self.hull = geometry, tracker, hull
         self.timings = timings  # ns per timed stage, summed over the race
         self.t_start = t_start  # perf_counter_ns at the start of the reset
-        self.results = {key: [] for key in ROLLOUT_STATE_KEYS + CENTERLINE_STATE_KEYS + ROLLOUT_ACTION_KEYS + ROAD_TILE_COUNTS}
+        self.results = {
+            key: [] for key in ROLLOUT_STATE_KEYS + CENTERLINE_STATE_KEYS + ROLLOUT_ACTION_KEYS + ROAD_TILE_COUNTS + (GAME_REWARD,)
+        }
         self.stats = {}
         self.n_prev = cfg.n_prev_actions_in_inputs
         self.previous_actions = [0] * self.n_prev  # before the start: action 0, like Linesight
@@ -171,7 +174,9 @@ class CarRacingGameInstance(GameInstance):
       driven past without touching them: games/car_racing/missed_tiles.py; at the finish pseudo-step, every tile
       the lap left untouched);
     - action lists, A entries: `actions` (int), `action_was_greedy` (bool), `q_values`
-      (np.float32 (n_actions,)), `input_w` (bool, accelerate pressed);
+      (np.float32 (n_actions,)), `input_w` (bool, accelerate pressed), `game_reward` (float, CarRacing's own reward
+      summed over the physics steps the action was held for: +1000/N for each new road tile, -0.1 a step, -100 on
+      leaving the playfield; they add up to `native_score`);
     - entry A of the state lists, present only when finished, is the finish pseudo-step: the frame
       and floats observed at the physics step where the finish was crossed, with
       `current_zone_idx` = the first zone past the finish (M - n_zone_centers_extrapolate_after_end_of_map)
@@ -477,6 +482,7 @@ class CarRacingGameInstance(GameInstance):
         native, step_limit = self.rules == RULES_NATIVE, self._native_step_limit
         physics_steps = 0
         native_score = 0.0
+        game_rewards = race.results[GAME_REWARD]
         furthest_progress = tracker.progress
         end_reason = None
 
@@ -486,11 +492,13 @@ class CarRacingGameInstance(GameInstance):
                 if end_reason is not None:
                     break
             control = self.controls[self._decide(race, exploration_policy, update_network)]
+            action_reward = 0.0
             for _ in range(steps_per_action):
                 t0 = clock()
                 reward, game_end = self._physics_step(control)
                 timings["physics"] += clock() - t0
-                native_score += reward
+                native_score += reward  # step by step, as Gymnasium's own sum
+                action_reward += reward
                 physics_steps += 1
                 progress = tracker.update(tuple(hull.position), physics_steps * MS_PER_STEP)
                 if progress > furthest_progress:
@@ -516,6 +524,7 @@ class CarRacingGameInstance(GameInstance):
                 elif game_end == END_LEFT_PLAYFIELD:
                     end_reason = END_LEFT_PLAYFIELD
                     break
+            game_rewards.append(action_reward)
         if end_reason == END_FINISHED:
             self._append_finish_pseudo_step(race)
 
