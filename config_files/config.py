@@ -24,6 +24,8 @@ frame_renderer = "fast"
 # [restart] CarRacing: True makes the frame the whole view with its HUD bar (speed, ABS, steering and gyro bars; not the
 # score digits) in its bottom 5/40 rows, as Gymnasium's observation has it; False: the view above the HUD only.
 frame_hud = False
+# [restart] True: each frame in colour, 3 channels (R, G, B) instead of one grey, so the network has 3 x frame_stack channels
+frame_colour = False
 
 # ---------------------------------------------------------------------------------------------------
 # Games from pixels: the Gymnasium backend (config_files/enduro.py sets these; docs/config.md §2.14). The game is

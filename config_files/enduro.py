@@ -17,6 +17,7 @@ gymnasium_ms_per_step = 1000 * 4 / 60  # [restart] game time of one env step: 4 
 action_set = ["coast", "accelerate", "right", "left", "brake", "brake+right", "brake+left", "accelerate+right", "accelerate+left"]
 gymnasium_action_words = ("FIRE", "DOWN", "LEFT", "RIGHT")  # [restart] accelerate, brake, left, right in its action meanings
 frame_stack = 4  # [restart] the last 4 frames are the network's channels
+frame_colour = False  # [restart] grey frames (True: R, G, B, 3 channels a frame)
 gymnasium_env_kwargs = None  # [restart] ALE/Enduro-v5's own defaults (sticky actions 0.25)
 frame_crop = None  # [restart] (top, bottom, left, right) pixels cut from the env's 160 x 210 picture
 reward_per_game_point = 1.0  # x the game's own reward of each step

@@ -5,7 +5,8 @@
     python scripts/export.py --weights w.torch --config my_config.py --onnx policy.onnx
 
 Writes OUT.onnx and its sidecar OUT.json. The model: inputs `frame` (uint8, [batch, C, H, W]: the last
-C = frame_stack grey frames, oldest first; C = 1 for the default CarRacing config) and `state_float` (float32, [batch, D],
+C = frame_stack grey frames, oldest first, or 3 x frame_stack with frame_colour, each frame's R, G, B; C = 1 for the default
+CarRacing config) and `state_float` (float32, [batch, D],
 the raw floats: normalised inside), output `q_values` (float32, [batch, n_actions]): the mean Q over the
 config's iqn_k fixed midpoint quantile fractions, whose argmax (the lowest index on ties) is the action a
 collector takes when greedy. The sidecar says what a client needs: those names and shapes, the action set,

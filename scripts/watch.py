@@ -5,7 +5,7 @@
 
 One video frame per decision, played back in real game time by default (1000 / ms_per_action frames
 per second). The left panel is CarRacing's full RGB render (600 x 400, with its HUD), the middle one
-the grey frame the network saw (upscaled), the right one a bar per action of the network's Q-values,
+the frame the network saw (grey or colour, upscaled), the right one a bar per action of the network's Q-values,
 the chosen (greedy) action highlighted. GIF always works; MP4 needs the imageio-ffmpeg package.
 Prints the race as one JSON object (as scripts/evaluate.py does) plus the video's path, frame count
 and size. The config and the rules that end the race (--rules native, the default, or training) are chosen as

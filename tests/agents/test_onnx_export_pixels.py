@@ -113,6 +113,7 @@ def test_the_sidecar_describes_the_stack_and_the_gymnasium_preprocessing(enduro)
     assert described == [(i["name"], i["dtype"], i["shape"]) for i in sidecar["inputs"]]
     frame = sidecar["frame"]
     assert frame["shape"] == [STACK, SIZE, SIZE] and frame["stack"] == STACK and frame["dtype"] == "uint8"
+    assert frame["channels_per_frame"] == 1
     assert frame["preprocessing"] == describe_preprocessing(cfg)
     assert "ALE/Enduro-v5" in frame["preprocessing"] and "the last 4 such frames stacked" in frame["preprocessing"]
     assert sidecar["n_actions"] == ACTIONS and sidecar["actions"] == [dict(a) for a in cfg.inputs]
@@ -151,10 +152,12 @@ def test_export_script_exports_an_enduro_model_folder(enduro, tmp_path, capsys):
     np.testing.assert_allclose(onnx_export.OnnxPolicy(model)(frames, floats), torch_q(network, cfg, frames, floats), rtol=1e-4, atol=1e-5)
 
 
-def test_export_script_exports_a_pixels_only_carracing_model(tmp_path, capsys):
-    """config_files/carracing_pixels.py's network: 4 stacked 64 x 64 frames, the clock and previous actions as floats;
-    the export's own check passes and the sidecar says so."""
-    cfg = load_config(REPO_ROOT / "config_files" / "carracing_pixels.py")
+@pytest.mark.parametrize("colour", [False, True])
+def test_export_script_exports_a_pixels_only_carracing_model(tmp_path, capsys, colour):
+    """config_files/carracing_pixels.py's network: 4 stacked 64 x 64 frames (grey, or in colour: 3 channels each), the
+    clock and previous actions as floats; the export's own check passes and the sidecar says so."""
+    cfg = load_config(REPO_ROOT / "config_files" / "carracing_pixels.py").replace(frame_colour=colour)
+    per_frame = 3 if colour else 1
     layout = float_layout_for(cfg)
     torch.manual_seed(1)
     network = make_network(cfg, layout, len(cfg.inputs)).eval()
@@ -168,7 +171,8 @@ def test_export_script_exports_a_pixels_only_carracing_model(tmp_path, capsys):
     assert code == 0, captured.err
     assert json.loads(captured.out)["check_same_action_fraction"] == 1.0
     sidecar = json.loads(out.with_suffix(".json").read_text())
-    assert sidecar["game"] == "carracing" and sidecar["frame"]["shape"] == [4, 64, 64] and sidecar["frame"]["stack"] == 4
+    assert sidecar["game"] == "carracing" and sidecar["frame"]["shape"] == [4 * per_frame, 64, 64] and sidecar["frame"]["stack"] == 4
+    assert sidecar["frame"]["channels_per_frame"] == per_frame
     assert "the last 4 such frames stacked as channels" in sidecar["frame"]["preprocessing"]
     assert [s["name"] for s in sidecar["state_float"]["layout"]] == ["mini_race_clock", "previous_actions"]
     frames, floats = states(cfg, layout, 3, seed=5)

@@ -1,6 +1,7 @@
 """IQN agent (Dabney et al. 2018) with Linesight's architecture, on any device (DESIGN §3.6).
 
-- `IQNNetwork(cfg, layout, n_actions)`: conv head on the uint8 frames (C = frame_stack channels, mapped to [-1, 1) inside the network:
+- `IQNNetwork(cfg, layout, n_actions)`: conv head on the uint8 frames (C = frame_stack channels, 3 x that in colour; mapped to
+  [-1, 1) inside the network:
   (x - 128) / 128): Linesight's plain convolutions (`network_encoder = "linesight"`, `conv_layers`) or an IMPALA-style
   residual encoder (`"impala"`, `ImpalaEncoder`), float MLP on the float vector normalised by the layout's mean/std (registered buffers,
   so they are saved with the weights), cosine quantile embedding cos(pi i tau), i = 1..E, Hadamard product

@@ -2,7 +2,8 @@
 
 ONNX Runtime runs the exported file from C, C++, C#, Java, JavaScript or Python (docs/http-api.md, "Writing a
 client"). What is exported is a collector's greedy decision, not the training network:
-- inputs `frame` (uint8, (batch, C, H, W): the last C = frame_stack grey frames, oldest first) and `state_float` (float32,
+- inputs `frame` (uint8, (batch, C, H, W): the last frame_stack frames, oldest first, C = frame_stack grey channels or with
+  frame_colour 3 x frame_stack, each frame's R, G, B) and `state_float` (float32,
   (batch, D): the raw float inputs in the layout's order); both normalisations are inside the model;
 - output `q_values` (float32, (batch, n_actions)): the mean over `iqn_k` quantiles at the fixed midpoint
   fractions (agents/exploration.py `midpoint_taus`), which is what a collector's acting program computes
@@ -223,7 +224,10 @@ def policy_sidecar(cfg, layout, game_backend: str, model: bytes, policy_version:
         "ms_per_action": int(cfg.ms_per_action) if float(cfg.ms_per_action).is_integer() else round(float(cfg.ms_per_action), 6),
         "frame": {
             "shape": frame_shape,
-            "stack": frame_shape[0],  # the last `stack` frames as channels, oldest first (a race starts with its first frame repeated)
+            "stack": int(
+                cfg.frame_stack
+            ),  # the last `stack` frames as channels, oldest first (a race starts with its first frame repeated)
+            "channels_per_frame": 3 if cfg.frame_colour else 1,  # 1: grey; 3: R, G, B in that order
             "dtype": "uint8",
             "renderer": cfg.frame_renderer,
             "preprocessing": backend.frame_preprocessing(cfg),

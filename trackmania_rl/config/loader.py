@@ -39,8 +39,10 @@ class Config(types.SimpleNamespace):
 
 
 def frame_shape(cfg) -> tuple[int, int, int]:
-    """The network's frame of one state under `cfg`: (frame_stack, H_downsized, W_downsized), the oldest frame first."""
-    return (int(cfg.frame_stack), int(cfg.H_downsized), int(cfg.W_downsized))
+    """The network's frame of one state under `cfg`: (C, H_downsized, W_downsized), C = frame_stack channels, or with
+    frame_colour 3 x frame_stack (each frame's R, G, B), the oldest frame first."""
+    channels_per_frame = 3 if cfg.frame_colour else 1
+    return (int(cfg.frame_stack) * channels_per_frame, int(cfg.H_downsized), int(cfg.W_downsized))
 
 
 def read_python_file(path: Path) -> dict:

@@ -201,6 +201,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "W_downsized": (_positive_int, "a positive integer (pixels)", True),
     "frame_renderer": (lambda v: v in FRAME_RENDERERS, " or ".join(f'"{r}"' for r in FRAME_RENDERERS) + " (how frames are drawn)", True),
     "frame_hud": (_bool, "True or False (CarRacing: the frame is the whole view, its HUD bar's indicators included)", True),
+    "frame_colour": (_bool, "True or False (each frame in colour, 3 channels R, G, B, instead of 1 grey)", True),
     "frame_stack": (
         lambda v: _positive_int(v) and v <= MAX_FRAME_STACK,
         f"an integer from 1 to {MAX_FRAME_STACK} (frames per state)",
@@ -390,6 +391,7 @@ ADDED_LATER = {
     "seed": 0,
     "frame_renderer": "pygame",  # every model and run before it saw CarRacing's own drawing
     "frame_hud": False,
+    "frame_colour": False,
     "network_encoder": "linesight",
     "training_precision": "auto",
     "training_cuda_graphs": "auto",

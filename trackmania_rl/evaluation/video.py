@@ -1,6 +1,6 @@
 """Video of a greedy race (scripts/watch.py): each frame is, side by side,
 
-    | game view (the game's full RGB view) | network input frame (grey, upscaled) | Q-value bars |
+    | game view (the game's full RGB view) | network input frame (grey or colour, upscaled) | Q-value bars |
 
 all `height` pixels high. The Q panel has one bar per action, scaled between that step's lowest and
 highest Q, with the value printed; the chosen action is highlighted, and the panel's header gives the game
@@ -86,13 +86,13 @@ def render_game_view(cfg, game) -> np.ndarray:
 
 
 def frame_mosaic(stack: np.ndarray) -> np.ndarray:
-    """The C frames of a state (C, H, W) tiled row by row, oldest first, in a square grid (2 x 2 for 4; one frame as it
-    is): the network panel keeps a frame's aspect."""
-    c, height, width = stack.shape
+    """The N frames of a state ((N, H, W) grey, or (N, H, W, 3) colour) tiled row by row, oldest first, in a square grid
+    (2 x 2 for 4; one frame as it is): the network panel keeps a frame's aspect."""
+    c, height, width = stack.shape[:3]
     side = int(np.ceil(np.sqrt(c)))
     if side == 1:
         return stack[0]
-    mosaic = np.zeros((side * height, side * width), np.uint8)
+    mosaic = np.zeros((side * height, side * width, *stack.shape[3:]), np.uint8)
     for k, frame in enumerate(stack):
         row, col = divmod(k, side)
         mosaic[row * height : (row + 1) * height, col * width : (col + 1) * width] = frame
@@ -104,6 +104,7 @@ class FrameComposer:
         self.layout = panel_layout(cfg, height)
         self.labels = action_labels(cfg)
         self.n_actions = len(cfg.inputs)
+        self.colour = bool(cfg.frame_colour)
         self.font_scale = float(np.clip(self.layout.height / 520, 0.28, 0.7))
         self.thickness = 1
         # label column as wide as the longest label, value column as wide as a value like "-123.456"
@@ -115,9 +116,14 @@ class FrameComposer:
         """One (height, width, 3) uint8 RGB video frame."""
         L = self.layout
         view = cv2.resize(np.ascontiguousarray(view_rgb[..., :3]), (L.view_width, L.height), interpolation=cv2.INTER_AREA)
-        stack = np.asarray(frame).reshape(-1, frame.shape[-2], frame.shape[-1])
-        network = cv2.resize(frame_mosaic(stack), (L.network_width, L.height), interpolation=cv2.INTER_NEAREST)
-        network = np.repeat(network[:, :, None], 3, axis=2)
+        height, width = frame.shape[-2:]
+        if self.colour:  # (3 x N, H, W): each frame's R, G, B -> N frames (H, W, 3)
+            stack = np.asarray(frame).reshape(-1, 3, height, width).transpose(0, 2, 3, 1)
+        else:
+            stack = np.asarray(frame).reshape(-1, height, width)
+        network = cv2.resize(np.ascontiguousarray(frame_mosaic(stack)), (L.network_width, L.height), interpolation=cv2.INTER_NEAREST)
+        if not self.colour:
+            network = np.repeat(network[:, :, None], 3, axis=2)
         self._label(network, "network input" if len(stack) == 1 else f"network input: {len(stack)} frames, newest last", (4, 4))
         q_panel = self._q_panel(np.asarray(q_values, dtype=np.float64), int(action), time_s, step)
         return np.ascontiguousarray(np.concatenate([view, network, q_panel], axis=1))

@@ -1,20 +1,28 @@
-"""The frames of one race, each state's stack of the last C frames a view of them (the games that stack frames:
+"""The frames of one race, each state's stack of the last frames a view of them (the games that stack frames:
 games/gymnasium, CarRacing with `frame_stack` > 1).
 
-`FrameHistory(C, H, W)`: the frames in order, each `stack()` a (C, H, W) view of the last C (no copy: a race's C-frame
-states cost the memory of single frames); the race starts from C frames given (an episode's first frame repeated, or
-where the previous race of the same episode ended).
+`FrameHistory(C, H, W)`: the frames' channels in order (a grey frame is one channel, a colour frame three: R, G, B), each
+`stack()` a (C, H, W) view of the last C (no copy: a race's stacked states cost the memory of single frames); the race
+starts from C channels given (`repeated`: an episode's first frame repeated, or where the previous race of the same
+episode ended).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-FIRST_CAPACITY = 1_024  # frames a history holds before it grows (doubling)
+FIRST_CAPACITY = 1_024  # channels a history holds before it grows (doubling)
+
+
+def repeated(frame: np.ndarray, stack: int) -> np.ndarray:
+    """The state a race's first frame stands for: the frame ((k, H, W), or (H, W) for one channel) `stack` times over,
+    (stack * k, H, W), a new array."""
+    frame = np.asarray(frame, np.uint8)
+    return np.tile(frame.reshape(-1, *frame.shape[-2:]), (int(stack), 1, 1))
 
 
 class FrameHistory:
-    """The frames of a race; `stack()` is the state now: the last C frames as a (C, H, W) view."""
+    """The frames of a race; `stack()` is the state now: the last C channels as a (C, H, W) view."""
 
     def __init__(self, stack: int, height: int, width: int):
         self.c = int(stack)
@@ -33,12 +41,15 @@ class FrameHistory:
         self._n = self.c
 
     def push(self, frame: np.ndarray) -> None:
-        if self._n == len(self._frames):  # grow: the views already handed out keep the old array alive
+        """The next frame: (H, W) grey, or (k, H, W) (a colour frame's R, G, B)."""
+        channels = frame.reshape(-1, *self._frames.shape[1:])
+        k = len(channels)
+        if self._n + k > len(self._frames):  # grow: the views already handed out keep the old array alive
             grown = np.empty((2 * len(self._frames), *self._frames.shape[1:]), np.uint8)
-            grown[: self._n] = self._frames
+            grown[: self._n] = self._frames[: self._n]
             self._frames = grown
-        self._frames[self._n] = frame
-        self._n += 1
+        self._frames[self._n : self._n + k] = channels
+        self._n += k
 
     def stack(self) -> np.ndarray:
         return self._frames[self._n - self.c : self._n]

@@ -72,3 +72,34 @@ def test_its_continuous_actions_are_refused_at_start(tmp_path):
     cfg = load_config(_config(tmp_path, "None"))
     with pytest.raises(ConfigError, match="not discrete"):
         game_backend("gymnasium").check_config(cfg)
+
+
+def test_colour_frames_are_its_picture_r_g_b_resized_by_area(tmp_path):
+    import cv2
+    import gymnasium
+
+    path = _config(tmp_path, '{"continuous": False}')
+    path.write_text(path.read_text() + "frame_colour = True\n")
+    cfg = load_config(path)
+    assert frame_shape(cfg) == (6, 64, 64)
+    game = make_game_instance(cfg, rules=RULES_NATIVE)
+    spec = MapSpec("test", 500_001)
+    try:
+
+        def policy(frame, state_float):
+            return 3, True, 0.0, np.zeros(len(ACTIONS), dtype=np.float32)
+
+        results, _ = game.rollout(policy, spec, game.zone_centers_for(spec), lambda: None)
+    finally:
+        game.close()
+    plain = gymnasium.make("CarRacing-v3", continuous=False)
+    try:
+        picture, _ = plain.reset(seed=500_001)
+    finally:
+        plain.close()
+    first = results["frames"][0]
+    expected = cv2.resize(picture, (64, 64), interpolation=cv2.INTER_AREA).transpose(2, 0, 1)
+    assert first.shape == (6, 64, 64)
+    np.testing.assert_array_equal(first[3:], expected)  # R, G, B of the reset's picture
+    np.testing.assert_array_equal(first[:3], expected)  # standing for the frame before it
+    assert "in colour" in game_backend("gymnasium").frame_preprocessing(cfg)

@@ -184,6 +184,7 @@ def _config_with(tmp_path: Path, extra: str) -> Path:
         ("gymnasium_actions = [0, 1, 2, 3, 4, 5, 6, 7, 9]", "setting `gymnasium_actions` holds 9"),
         ("frame_crop = (100, 110, 0, 0)", "setting `frame_crop` = (100, 110, 0, 0) leaves nothing"),
         ('gymnasium_env_kwargs = {"no_such_option": 1}', "setting `gymnasium_env_kwargs` = {'no_such_option': 1} for 'ALE/Enduro-v5'"),
+        ('frame_colour = True\ngymnasium_env_kwargs = {"obs_type": "grayscale"}', "setting `frame_colour` = True: ALE/Enduro-v5's"),
     ],
 )
 def test_a_setting_the_game_cannot_work_with_is_refused_at_start(tmp_path, extra, message):

@@ -38,13 +38,22 @@ _HUD_VIEW = (
 )
 
 
+# with frame_colour: what changes in the words above
+_COLOUR_VIEW = (
+    "With frame_colour: no grey conversion: a frame is the view's R, G and B channels, shape (3, H_downsized, W_downsized) "
+    "(the fast renderer fills each colour as the smoothscaled pygame frame has it: every channel 2 levels darker)."
+)
+
+
 def frame_preprocessing(cfg) -> str:
-    """How the frames of `cfg` (its frame_renderer, frame_hud and frame_stack) are made, in words."""
+    """How the frames of `cfg` (its frame_renderer, frame_hud, frame_colour and frame_stack) are made, in words."""
     words = FRAME_PREPROCESSING[cfg.frame_renderer] + (" " + _HUD_VIEW if cfg.frame_hud else "")
+    words += " " + _COLOUR_VIEW if cfg.frame_colour else ""
     if cfg.frame_stack == 1:
         return words
+    channels = cfg.frame_stack * (3 if cfg.frame_colour else 1)
     return words + (
-        f" A state is the last {cfg.frame_stack} such frames stacked as channels, oldest first, shape ({cfg.frame_stack}, "
+        f" A state is the last {cfg.frame_stack} such frames stacked as channels, oldest first, shape ({channels}, "
         f"{cfg.H_downsized}, {cfg.W_downsized}); a race's first frame stands for the frames before it."
     )
 

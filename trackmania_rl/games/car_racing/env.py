@@ -66,10 +66,15 @@ class CarRacingEnv(gym_car_racing.CarRacing):
     `fast_frame_size` (height, width): also draw frames of that size with the fast renderer
     (`render_fast_frame()`); its track is gathered at every reset. `hud`: both renderers draw the HUD bar's indicators
     (speed, the four wheels' ABS bars, steering, gyro) as CarRacing does, but not its score digits: drawing text loads
-    pygame's font file at every render, and the score is the reward so far, not the car's state."""
+    pygame's font file at every render, and the score is the reward so far, not the car's state. `colour`: the fast
+    renderer draws (3, H, W) colour frames instead of (1, H, W) grey ones (the pygame view is RGB either way)."""
 
     def __init__(
-        self, render_size: tuple[int, int] = (gym_car_racing.STATE_W, gym_car_racing.STATE_H), fast_frame_size=None, hud: bool = False
+        self,
+        render_size: tuple[int, int] = (gym_car_racing.STATE_W, gym_car_racing.STATE_H),
+        fast_frame_size=None,
+        hud: bool = False,
+        colour: bool = False,
     ):
         super().__init__(render_mode="state_pixels", continuous=True, domain_randomize=False)
         self.render_size = tuple(render_size)
@@ -78,7 +83,7 @@ class CarRacingEnv(gym_car_racing.CarRacing):
         self._road_drawing: _RoadDrawing | None = None
         self.fast_frames = None
         if fast_frame_size is not None:
-            self.fast_frames = FastFrameRenderer(*fast_frame_size, render_h=self.render_size[1], hud=self.hud)
+            self.fast_frames = FastFrameRenderer(*fast_frame_size, render_h=self.render_size[1], hud=self.hud, colour=colour)
         self.reset_seed = None  # the seed of the last reset, while no step has been played since (else None)
 
     def reset(self, *args, **kwargs):
@@ -141,7 +146,8 @@ class CarRacingEnv(gym_car_racing.CarRacing):
             self._render_requested = False
 
     def render_fast_frame(self) -> np.ndarray:
-        """The (1, H, W) uint8 grey frame of the current state, drawn by the fast renderer (fast_frame_size)."""
+        """The (1, H, W) uint8 grey frame of the current state, or its (3, H, W) colour frame, drawn by the fast renderer
+        (fast_frame_size, colour)."""
         return self.fast_frames.draw(self)
 
 

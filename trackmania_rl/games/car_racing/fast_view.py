@@ -1,4 +1,4 @@
-"""CarRacing's state view drawn straight at the frame's size, in grey (`frame_renderer = "fast"`).
+"""CarRacing's state view drawn straight at the frame's size, in grey or colour (`frame_renderer = "fast"`).
 
 CarRacing draws its view into a 1000 x 800 pygame window, polygon by polygon, and smoothscales it down: for a
 64 x 64 frame 99.5 % of those pixels are averaged away, and drawing them was three quarters of an action's cost.
@@ -14,7 +14,8 @@ The scene, in CarRacing's drawing order and colours, as its "state_pixels" rende
 CarRacing's state view draws no skid marks (it passes draw_particles=False for "state_pixels") and its HUD bar lies
 below the frame's rows: neither is drawn, by either renderer, unless `hud` (config setting frame_hud) makes the frame
 the whole window, HUD bar included (its indicators; not its score digits). Colours are drawn as the grey level they have in the
-pygame frame (`grey_level`), which averaging commutes with.
+pygame frame (`grey_level`), which averaging commutes with, or with `colour` (config setting frame_colour) as the colour they
+have there (`frame_rgb`): three channels, R, G, B.
 
 Edges are placed as pygame places them, on average. pygame truncates a vertex to whole window pixels and fills the
 pixels from the first to the last column a scanline touches, both included, and the road's polygons get an
@@ -73,47 +74,55 @@ def grass_squares() -> list[list[tuple[float, float]]]:
     ]
 
 
-def grey_level(rgb) -> np.ndarray:
-    """The grey levels (int, one per colour) that regions of colour `rgb` (0-255 per channel, truncated as CarRacing
-    truncates; one colour or an (N, 3) list) have in the pygame frame: smoothscale's loss, then COLOR_RGB2GRAY."""
+def frame_rgb(rgb) -> np.ndarray:
+    """The colours ((N, 3) int, R G B) that regions of colour `rgb` (0-255 per channel, truncated as CarRacing
+    truncates; one colour or an (N, 3) list) have in the pygame frame: smoothscale's loss on every channel."""
     rgb = np.asarray(rgb, dtype=np.float64).reshape(-1, 3).astype(np.int64)
-    if not len(rgb):
+    return np.clip(rgb - SMOOTHSCALE_LOSS, 0, 255)
+
+
+def grey_level(rgb) -> np.ndarray:
+    """The grey levels (int, one per colour) that regions of colour `rgb` (as `frame_rgb` takes them) have in the
+    pygame frame: smoothscale's loss, then COLOR_RGB2GRAY."""
+    darkened = frame_rgb(rgb).astype(np.uint8)
+    if not len(darkened):
         return np.zeros(0, dtype=np.int64)
-    darkened = np.clip(rgb - SMOOTHSCALE_LOSS, 0, 255).astype(np.uint8)
     return cv2.cvtColor(darkened[None], cv2.COLOR_RGB2GRAY)[0].astype(np.int64)
 
 
-# the HUD's colours as CarRacing's `_render_indicators` draws them, and their grey levels, computed once: the bar, the
-# speed, the front and the rear wheels' spin (ABS), the steering, the gyro
-_HUD_GREY = dict(
-    zip(
-        ("bar", "speed", "abs_front", "abs_rear", "steering", "gyro"),
-        grey_level([(0, 0, 0), (255, 255, 255), (0, 0, 255), (51, 0, 255), (0, 255, 0), (255, 0, 0)]).tolist(),
-        strict=True,
-    )
-)
+# the HUD's colours as CarRacing's `_render_indicators` draws them: the bar, the speed, the front and the rear wheels'
+# spin (ABS), the steering, the gyro
+_HUD_RGB = {
+    "bar": (0, 0, 0),
+    "speed": (255, 255, 255),
+    "abs_front": (0, 0, 255),
+    "abs_rear": (51, 0, 255),
+    "steering": (0, 255, 0),
+    "gyro": (255, 0, 0),
+}
 
 
-def hud_rectangles(env: gym_car_racing.CarRacing) -> tuple[np.ndarray, list[int]]:
+def hud_rectangles(env: gym_car_racing.CarRacing) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
     """CarRacing's HUD bar as its `_render_indicators` draws it into the 1000 x 800 window (rows counted down from the
-    top, after the view's flip), in its drawing order: (R, 4, 2) rectangles in window pixels and each one's grey level.
-    Each indicator is left out when its value is within 1e-4 of 0, as CarRacing leaves it out."""
+    top, after the view's flip), in its drawing order: (R, 4, 2) rectangles in window pixels and each one's colour as
+    CarRacing draws it (R, G, B). Each indicator is left out when its value is within 1e-4 of 0, as CarRacing leaves it
+    out."""
     w, h = gym_car_racing.WINDOW_W, gym_car_racing.WINDOW_H
     s, u = w / 40.0, h / 40.0
     rectangles = [[(w, h), (w, h - 5 * u), (0, h - 5 * u), (0, h)]]
-    greys = [_HUD_GREY["bar"]]
+    colours = [_HUD_RGB["bar"]]
 
     def vertical(place, value, scale, part):
         if abs(value) > 1e-4:
             top = h - (u + u * scale * value)
             rectangles.append([(place * s, top), ((place + 1) * s, top), ((place + 1) * s, h - u), (place * s, h - u)])
-            greys.append(_HUD_GREY[part])
+            colours.append(_HUD_RGB[part])
 
     def horizontal(place, value, scale, part):
         if abs(value) > 1e-4:
             end = (place + scale * value) * s
             rectangles.append([(place * s, h - 4 * u), (end, h - 4 * u), (end, h - 2 * u), (place * s, h - 2 * u)])
-            greys.append(_HUD_GREY[part])
+            colours.append(_HUD_RGB[part])
 
     car = env.car
     velocity = car.hull.linearVelocity
@@ -122,7 +131,7 @@ def hud_rectangles(env: gym_car_racing.CarRacing) -> tuple[np.ndarray, list[int]
         vertical(7 + index, car.wheels[index].omega, 0.01, part)
     horizontal(20, car.wheels[0].joint.angle, -10.0, "steering")
     horizontal(30, car.hull.angularVelocity, -0.8, "gyro")
-    return np.array(rectangles, dtype=np.float64), greys
+    return np.array(rectangles, dtype=np.float64), colours
 
 
 def grown(polygons: np.ndarray, half_x, half_y, orientation=None) -> np.ndarray:
@@ -157,28 +166,31 @@ def _orientation(polygons: np.ndarray) -> np.ndarray:
 
 
 class FastFrameRenderer:
-    """Draws the (1, height, width) uint8 grey frame of a CarRacing env's current state.
+    """Draws the (1, height, width) uint8 grey frame of a CarRacing env's current state, or with `colour` its
+    (3, height, width) colour frame (R, G, B).
 
     `render_h` is the height the pygame renderer draws the view at for this frame (env.frame_render_size): the frame
     is its top `height` rows, so the camera and the rows' scale are the pygame frame's. Call `bind_track(env)` after
     each reset (a new track, a new car) and `draw(env)` for each frame."""
 
-    def __init__(self, height: int, width: int, render_h: int, supersample: int = SUPERSAMPLE, hud: bool = False):
+    def __init__(self, height: int, width: int, render_h: int, supersample: int = SUPERSAMPLE, hud: bool = False, colour: bool = False):
         self.height, self.width, self.supersample = int(height), int(width), int(supersample)
-        self.hud = bool(hud)
-        self.canvas = np.empty((self.height * self.supersample, self.width * self.supersample), dtype=np.uint8)
+        self.hud, self.colour = bool(hud), bool(colour)
+        canvas_shape = (self.height * self.supersample, self.width * self.supersample)
+        self.canvas = np.empty(canvas_shape + ((3,) if self.colour else ()), dtype=np.uint8)
         # window pixels -> canvas pixels (the window's rows are flipped: CarRacing flips its surface)
         self.scale_x = self.width * self.supersample / gym_car_racing.WINDOW_W
         self.scale_y = render_h * self.supersample / gym_car_racing.WINDOW_H
         self._grow_px = np.array([GROW_ROAD_PX, GROW_CAR_PX])
+        self._hud_paints = {}  # the HUD's paint of each of its colours, computed at its first use
 
     # ------------------------------------------------------------------------------------------------ the track
     def bind_track(self, env: gym_car_racing.CarRacing) -> None:
         """Gather the track's polygons (world vertices, one array: the grass squares, then the road in `road_poly`
         order) and the car's parts; make each road tile's colour a row of `self.road_rgb`."""
         self.background = np.array([playfield_corners()], dtype=np.float64)
-        self.background_grey = int(grey_level(env.bg_color)[0])
-        self.grass_grey = int(grey_level(env.grass_color)[0])
+        self.background_paint = self._paints(env.bg_color)[0]
+        self.grass_paint = self._paints(env.grass_color)[0]
         grass = grass_squares()
         self.n_grass = len(grass)
         road = [[(p[0], p[1]) for p in polygon] for polygon, _ in env.road_poly]
@@ -188,7 +200,7 @@ class FastFrameRenderer:
         self.centres = self.polygons.mean(axis=1)
         self.radii = np.linalg.norm(self.polygons - self.centres[:, None], axis=2).max(axis=1)
         self.road_rgb = np.array([np.asarray(colour, dtype=np.float64) for _, colour in env.road_poly])
-        self._greys_of = None  # the road_rgb the greys were computed from
+        self._paints_of = None  # the road_rgb the road's paints were computed from
         # a tile recolours itself in place (`tile.color[:] = road_color`, on any contact): point each tile's colour,
         # and its road_poly entry, at its row of road_rgb, so that both renderers see every recolouring as it happens
         tiles = {id(tile.color): tile for tile in env.road}
@@ -202,27 +214,27 @@ class FastFrameRenderer:
     def _bind_car(self, car) -> None:
         """The car's parts as quadrilaterals in its drawing order, each wheel's stripe after the wheel: the fixtures'
         vertices in their body's frame as one array (each stripe's four come after them, made at each draw), each
-        quad's vertex indices, and each quad's grey and, for a stripe, its wheel. A fixture of more than four
+        quad's vertex indices, and each quad's paint (its grey, or its colour) and, for a stripe, its wheel. A fixture of more than four
         vertices (the hull's middle part has eight; all are convex) is a fan of quads from its first vertex: grown
         and filled, their union is the part grown."""
         self.car_bodies = list(car.drawlist)  # car_dynamics draws the wheels, then the hull
         self.n_wheels = sum("phase" in body.__dict__ for body in self.car_bodies)
         n_fixture_vertices = sum(len(fixture.shape.vertices) for body in self.car_bodies for fixture in body.fixtures)
-        stripe_grey = int(grey_level(car_dynamics.WHEEL_WHITE)[0])
-        local, body_of_vertex, quads, order = [], [], [], []  # order: (grey, the wheel of a stripe or None) per quad
+        stripe_paint = self._paints(car_dynamics.WHEEL_WHITE)[0]
+        local, body_of_vertex, quads, order = [], [], [], []  # order: (paint, the wheel of a stripe or None) per quad
         for index, body in enumerate(self.car_bodies):
-            grey = int(grey_level([c * 255 for c in body.color])[0])
+            paint = self._paints([c * 255 for c in body.color])[0]
             for fixture in body.fixtures:
                 first, n = len(local), len(fixture.shape.vertices)
                 for k in range(1, n - 1, 2):  # the fan: (0, 1, 2, 3), (0, 3, 4, 5), ...; a last triangle repeats a vertex
                     quads.append([first, first + k, first + k + 1, first + min(k + 2, n - 1)])
-                    order.append((grey, None))
+                    order.append((paint, None))
                 local += list(fixture.shape.vertices)
                 body_of_vertex += [index] * n
             if index < self.n_wheels:
                 first = n_fixture_vertices + 4 * index
                 quads.append(list(range(first, first + 4)))
-                order.append((stripe_grey, index))
+                order.append((stripe_paint, index))
         self.car_local = np.array(local, dtype=np.float64)
         self.car_body_of_vertex = np.array(body_of_vertex + [wheel for wheel in range(self.n_wheels) for _ in range(4)])
         self.car_quads = np.array(quads)
@@ -234,7 +246,7 @@ class FastFrameRenderer:
 
     # ------------------------------------------------------------------------------------------------ a frame
     def draw(self, env: gym_car_racing.CarRacing) -> np.ndarray:
-        """The grey frame of the env's current state, (1, height, width) uint8."""
+        """The frame of the env's current state, (1, height, width) uint8 grey, or (3, height, width) with `colour`."""
         hull = env.car.hull
         zoom = camera_zoom(env.t)
         c, s = math.cos(-hull.angle), math.sin(-hull.angle)
@@ -252,7 +264,9 @@ class FastFrameRenderer:
         )
         canvas = self.canvas
         canvas.fill(0)
-        cv2.fillConvexPoly(canvas, self._fixed(self.background @ self._matrix_t + self._offset)[0], self.background_grey, cv2.LINE_8, SHIFT)
+        cv2.fillConvexPoly(
+            canvas, self._fixed(self.background @ self._matrix_t + self._offset)[0], self.background_paint, cv2.LINE_8, SHIFT
+        )
         # every quad of the view, grown in one pass: the visible grass squares and road polygons, then the car's
         visible = self._visible(max(sx, sy))
         n_grass = int(np.searchsorted(visible, self.n_grass))
@@ -262,30 +276,41 @@ class FastFrameRenderer:
         grow = np.repeat(self._grow_px, (n_scene, len(car)))[:, None]
         quads = self._fixed(quads, grow, np.concatenate([self.orientation[visible], car_orientation]))
         if n_grass:
-            cv2.fillPoly(canvas, list(quads[:n_grass]), self.grass_grey, cv2.LINE_8, SHIFT)  # the squares never overlap
-        for quad, grey in zip(quads[n_grass:n_scene], self._road_greys()[visible[n_grass:] - self.n_grass].tolist(), strict=True):
-            cv2.fillConvexPoly(canvas, quad, grey, cv2.LINE_8, SHIFT)  # one at a time: tiles overlap in sharp turns
-        for quad, (grey, stripe_of) in zip(quads[n_scene:], self.car_order, strict=True):
+            cv2.fillPoly(canvas, list(quads[:n_grass]), self.grass_paint, cv2.LINE_8, SHIFT)  # the squares never overlap
+        road_paints = self._road_paints()
+        for quad, place in zip(quads[n_grass:n_scene], (visible[n_grass:] - self.n_grass).tolist(), strict=True):
+            cv2.fillConvexPoly(canvas, quad, road_paints[place], cv2.LINE_8, SHIFT)  # one at a time: tiles overlap in sharp turns
+        for quad, (paint, stripe_of) in zip(quads[n_scene:], self.car_order, strict=True):
             if stripe_of is None or not hidden[stripe_of]:
-                cv2.fillConvexPoly(canvas, quad, grey, cv2.LINE_8, SHIFT)
+                cv2.fillConvexPoly(canvas, quad, paint, cv2.LINE_8, SHIFT)
         if self.hud:
             self._draw_hud(canvas, env)
-        return cv2.resize(canvas, (self.width, self.height), interpolation=cv2.INTER_AREA)[None]
+        frame = cv2.resize(canvas, (self.width, self.height), interpolation=cv2.INTER_AREA)
+        return np.ascontiguousarray(frame.transpose(2, 0, 1)) if self.colour else frame[None]
 
     def _draw_hud(self, canvas: np.ndarray, env: gym_car_racing.CarRacing) -> None:
         """CarRacing's HUD bar (its `_render_indicators`, in window pixels, rows down): the black bar, then each
         indicator whose value is not ~0, each rectangle filled as pygame.draw.polygon fills it (GROW_HUD_PX)."""
-        quads, greys = hud_rectangles(env)  # the bar is always among them
+        quads, colours = hud_rectangles(env)  # the bar is always among them
         canvas_quads = quads * np.array([self.scale_x, self.scale_y]) - 0.5  # OpenCV's pixel centres on whole coordinates
-        for quad, grey in zip(self._fixed(canvas_quads, GROW_HUD_PX), greys, strict=True):
-            cv2.fillConvexPoly(canvas, quad, grey, cv2.LINE_8, SHIFT)
+        for colour in colours:
+            if colour not in self._hud_paints:
+                self._hud_paints[colour] = self._paints(colour)[0]
+        paints = [self._hud_paints[colour] for colour in colours]
+        for quad, paint in zip(self._fixed(canvas_quads, GROW_HUD_PX), paints, strict=True):
+            cv2.fillConvexPoly(canvas, quad, paint, cv2.LINE_8, SHIFT)
 
-    def _road_greys(self) -> np.ndarray:
-        """Each road polygon's grey, recomputed when a tile was recoloured since the last frame."""
-        if self._greys_of is None or not np.array_equal(self._greys_of, self.road_rgb):
-            self._greys_of = self.road_rgb.copy()
-            self._greys = grey_level(self.road_rgb)
-        return self._greys
+    def _paints(self, rgb) -> list:
+        """What OpenCV fills regions of colour `rgb` (one colour or an (N, 3) list) with on this canvas: each one's grey
+        level (an int), or with `colour` its colour in the pygame frame (a list R, G, B)."""
+        return frame_rgb(rgb).tolist() if self.colour else grey_level(rgb).tolist()
+
+    def _road_paints(self) -> list:
+        """Each road polygon's paint, recomputed when a tile was recoloured since the last frame."""
+        if self._paints_of is None or not np.array_equal(self._paints_of, self.road_rgb):
+            self._paints_of = self.road_rgb.copy()
+            self._road_paint_list = self._paints(self.road_rgb)
+        return self._road_paint_list
 
     def _fixed(self, canvas_points: np.ndarray, grow_px=None, orientation=None) -> np.ndarray:
         """Canvas points -> int32 with SHIFT fractional bits; quads (P, 4, 2) grown so that OpenCV fills them as pygame
@@ -299,7 +324,7 @@ class FastFrameRenderer:
         """Indices of the polygons that may meet the canvas: their centre within their radius of it."""
         centres = self.centres @ self._matrix_t + self._offset
         margin = self.radii * scale + 1.0
-        h, w = self.canvas.shape
+        h, w = self.canvas.shape[:2]
         x, y = centres[:, 0], centres[:, 1]
         return np.flatnonzero((x >= -margin) & (x <= w + margin) & (y >= -margin) & (y <= h + margin))
 

@@ -28,6 +28,7 @@ import numpy as np
 from gymnasium.envs.box2d import car_racing as gym_car_racing
 
 from trackmania_rl.config.game_backends import MS_PER_PHYSICS_STEP, RENDERER_FAST
+from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.games.base import (
     CENTERLINE_STATE_KEYS,
     GAME_REWARD,
@@ -49,7 +50,7 @@ from trackmania_rl.games.car_racing.actions import action_tables
 from trackmania_rl.games.car_racing.env import CarRacingEnv, frame_render_size, native_step_limit, track_centerline
 from trackmania_rl.games.car_racing.fast_view import camera_zoom
 from trackmania_rl.games.car_racing.missed_tiles import MissedTileCounter
-from trackmania_rl.games.frame_history import FrameHistory
+from trackmania_rl.games.frame_history import FrameHistory, repeated
 from trackmania_rl.games.zones import ZoneGeometry, ZoneTracker, make_zone_centers
 
 MS_PER_STEP = MS_PER_PHYSICS_STEP["carracing"]  # Box2D runs at 50 steps per game second
@@ -96,6 +97,7 @@ class _Race:
         "lap_time_ms",
         "missed_tiles",
         "frames",
+        "stack",
         # set by `_play` when the race ends
         "physics_steps",
         "native_score",
@@ -119,8 +121,9 @@ class _Race:
         self.cp_time_ms = [0]
         self.lap_time_ms = None  # when the car first crossed the finish line after a lap
         self.missed_tiles = MissedTileCounter(centerline, geometry.start_distance)  # those of the first lap
-        # frame_stack > 1: the race's frames, each state the last C (the first frame stands for those before it)
-        self.frames = FrameHistory(cfg.frame_stack, cfg.H_downsized, cfg.W_downsized) if cfg.frame_stack > 1 else None
+        # frame_stack > 1: the race's frames, each state the last C channels (the first frame stands for those before it)
+        self.frames = FrameHistory(*frame_shape(cfg)) if cfg.frame_stack > 1 else None
+        self.stack = cfg.frame_stack
 
 
 def validate_map_spec(map_spec) -> MapSpec:
@@ -166,7 +169,7 @@ class CarRacingGameInstance(GameInstance):
     CarRacing's lap flag, `race_time` the time it came; the split times are those of the first lap.
 
     rollout_results, with A = number of decisions and F = A + 1 if the race finished, else F = A:
-    - state lists, F entries: `frames` (np.uint8 (1, H_downsized, W_downsized)), `state_float`
+    - state lists, F entries: `frames` (np.uint8 (C, H_downsized, W_downsized), C = loader.frame_shape's), `state_float`
       (np.float32 (layout.dim,), float 0 = 0.0), `car_gear_and_wheels` (np.float32, the floats of
       segments CAR_STATE_FIRST..CAR_STATE_LAST), `current_zone_idx` (int),
       `meters_advanced_along_centerline` (float), `road_tiles_touched` (int, distinct road tiles touched since
@@ -223,7 +226,7 @@ class CarRacingGameInstance(GameInstance):
         # per action: CarRacing's continuous control (steer, gas, brake), and its four flags as floats
         self.controls, self._action_flag_lists = action_tables(cfg)
         self._accelerates = [bool(a["accelerate"]) for a in cfg.inputs]
-        self.frame_shape = (cfg.frame_stack, cfg.H_downsized, cfg.W_downsized)  # a state's; render_frame draws one frame
+        self.frame_shape = frame_shape(cfg)  # a state's; render_frame draws one frame
         self._render_w, self._render_h = frame_render_size(cfg.H_downsized, cfg.W_downsized, cfg.frame_hud)
         # the fast renderer draws the frame itself; the pygame one a view that convert_frame turns into the frame
         self._fast = cfg.frame_renderer == RENDERER_FAST
@@ -240,7 +243,12 @@ class CarRacingGameInstance(GameInstance):
     # ----------------------------------------------------------------------------------------------
     def _make_env(self) -> CarRacingEnv:
         fast_frame_size = (self.cfg.H_downsized, self.cfg.W_downsized) if self._fast else None
-        return CarRacingEnv(render_size=(self._render_w, self._render_h), fast_frame_size=fast_frame_size, hud=self.cfg.frame_hud)
+        return CarRacingEnv(
+            render_size=(self._render_w, self._render_h),
+            fast_frame_size=fast_frame_size,
+            hud=self.cfg.frame_hud,
+            colour=self.cfg.frame_colour,
+        )
 
     def _rebuild_env(self) -> None:
         try:
@@ -260,6 +268,9 @@ class CarRacingGameInstance(GameInstance):
             "H_downsized",
             "W_downsized",
             "frame_renderer",
+            "frame_hud",
+            "frame_colour",
+            "frame_stack",
             "n_prev_actions_in_inputs",
             "n_zone_centers_in_inputs",
             "one_every_n_zone_centers_in_inputs",
@@ -294,7 +305,8 @@ class CarRacingGameInstance(GameInstance):
         return reward, END_FINISHED if info.get("lap_finished") else END_LEFT_PLAYFIELD
 
     def render_frame(self, timings: dict | None = None) -> np.ndarray:
-        """The (1, H, W) uint8 frame of the game's current state, drawn by the instance's renderer. The fast renderer
+        """The uint8 frame of the game's current state, (1, H, W) grey or (3, H, W) with frame_colour, drawn by the
+        instance's renderer. The fast renderer
         draws the frame itself; the pygame renderer draws an RGB view that `convert_frame` makes the frame. With
         `timings`, the drawing is added to its "render" and the conversion (pygame only) to its "convert_frame"."""
         clock = self.clock
@@ -367,10 +379,13 @@ class CarRacingGameInstance(GameInstance):
     # Observations
     # ----------------------------------------------------------------------------------------------
     def convert_frame(self, rgb: np.ndarray) -> np.ndarray:
-        """Rendered RGB view -> (1, H, W) uint8 grey frame: the rows above the HUD (all of them with frame_hud), in grey."""
+        """Rendered RGB view -> uint8 frame: the rows above the HUD (all of them with frame_hud), in grey (1, H, W), or
+        with frame_colour as they are, (3, H, W) R, G, B."""
         _, height, width = self.frame_shape
         if rgb.shape[:2] != (self._render_h, width):
             raise ValueError(f"expected a {width} x {self._render_h} rendered view, got shape {rgb.shape}")
+        if self.cfg.frame_colour:
+            return np.ascontiguousarray(rgb[:height].transpose(2, 0, 1))
         return cv2.cvtColor(rgb[:height], cv2.COLOR_RGB2GRAY)[None]
 
     def _network_floats(self, all_floats: np.ndarray) -> np.ndarray:
@@ -379,14 +394,15 @@ class CarRacingGameInstance(GameInstance):
 
     @staticmethod
     def _state_frames(race: _Race, frame: np.ndarray) -> np.ndarray:
-        """The state's frames from the frame just drawn (1, H, W): itself, or the last frame_stack frames."""
+        """The state's frames from the frame just drawn ((1, H, W), or (3, H, W) in colour): itself, or the last
+        frame_stack frames."""
         history = race.frames
         if history is None:
             return frame
         if history.started:
-            history.push(frame[0])
+            history.push(frame)
         else:
-            history.start(np.repeat(frame, history.c, axis=0))
+            history.start(repeated(frame, race.stack))
         return history.stack()
 
     def state_float(self, geometry: ZoneGeometry, zone_idx: int, progress: float, previous_actions) -> np.ndarray:

@@ -26,7 +26,8 @@ class BothRenderersGame(CarRacingGameInstance):
     def _make_env(self) -> CarRacingEnv:
         env = super()._make_env()
         _, height, width = self.frame_shape
-        env.fast_frames = FastFrameRenderer(height, width, render_h=env.render_size[1], hud=env.hud)  # bound to each track at reset
+        # bound to each track at reset
+        env.fast_frames = FastFrameRenderer(height, width, render_h=env.render_size[1], hud=env.hud, colour=self.cfg.frame_colour)
         return env
 
 

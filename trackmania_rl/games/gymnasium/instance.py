@@ -1,9 +1,9 @@
 """A registered Gymnasium env with an image observation, played as races (games/base.py GameInstance).
 
-What the network gets is what a person would see, nothing read from the game's memory: the env's image made grey,
-resized and the last `frame_stack` of them stacked (frames.py), and the floats of floats.py (the mini-race clock,
-the agent's own previous actions). The reward is the env's own (`game_reward` per action, summed over the env steps an
-action is held for: `physics_steps_per_action`).
+What the network gets is what a person would see, nothing read from the game's memory: the env's image made grey (or
+kept in colour: frame_colour), resized and the last `frame_stack` of them stacked (frames.py), and the floats of
+floats.py (the mini-race clock, the agent's own previous actions). The reward is the env's own (`game_reward` per
+action, summed over the env steps an action is held for: `physics_steps_per_action`).
 
 A map is the env's reset seed (`MapSpec.seed`): training, held-out and test seeds stay apart as for CarRacing.
 
@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.config.schema import ConfigError
 from trackmania_rl.games.base import GAME_REWARD, RACE_RULES, RULES_TRAINING, GameCrashed, GameInstance, MapSpec
-from trackmania_rl.games.frame_history import FrameHistory
+from trackmania_rl.games.frame_history import FrameHistory, repeated
 from trackmania_rl.games.gymnasium import floats as gym_floats
 from trackmania_rl.games.gymnasium.actions import env_actions
 from trackmania_rl.games.gymnasium.frames import FramePreparer
@@ -120,7 +121,7 @@ class GymnasiumGameInstance(GameInstance):
         self.clock = clock
         self.cfg = cfg
         self.float_layout = gym_floats.make_float_layout(cfg)
-        self.frame_shape = (cfg.frame_stack, cfg.H_downsized, cfg.W_downsized)
+        self.frame_shape = frame_shape(cfg)
         self.prepare = FramePreparer(cfg)
         self._flags = [[float(a[f]) for f in gym_floats.ACTION_FLAGS] for a in cfg.inputs]
         self._accelerates = [bool(a["accelerate"]) for a in cfg.inputs]
@@ -137,7 +138,7 @@ class GymnasiumGameInstance(GameInstance):
 
     def update_config(self, cfg) -> None:
         """A reloaded config between races; the settings that shape frames, floats or actions stay as they were."""
-        fixed = ("gymnasium_env_id", "gymnasium_env_kwargs", "frame_stack", "H_downsized", "W_downsized", "frame_crop")
+        fixed = ("gymnasium_env_id", "gymnasium_env_kwargs", "frame_stack", "frame_colour", "H_downsized", "W_downsized", "frame_crop")
         fixed += ("physics_steps_per_action",)
         fixed += ("n_prev_actions_in_inputs", "temporal_mini_race_duration_ms", "inputs", "gymnasium_actions", "gymnasium_action_words")
         changed = [name for name in fixed if getattr(cfg, name) != getattr(self.cfg, name)]
@@ -249,8 +250,7 @@ class GymnasiumGameInstance(GameInstance):
             image, _ = self.env.reset(seed=seed)
         except Exception as e:
             raise _EnvFailure() from e
-        first = self.prepare(image)
-        return _Episode(seed, np.repeat(first[None], self.frame_shape[0], axis=0), [])
+        return _Episode(seed, repeated(self.prepare(image), self.cfg.frame_stack), [])
 
     def _hold(self, action: int, steps: int, timings: dict) -> tuple[float, np.ndarray, bool, bool]:
         """The env action of `action` for `steps` env steps (fewer when the episode ends): (reward summed, last image,
