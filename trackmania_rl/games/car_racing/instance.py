@@ -306,9 +306,9 @@ class CarRacingGameInstance(GameInstance):
 
     def render_frame(self, timings: dict | None = None) -> np.ndarray:
         """The uint8 frame of the game's current state, (1, H, W) grey or (3, H, W) with frame_colour, drawn by the
-        instance's renderer. The fast renderer
-        draws the frame itself; the pygame renderer draws an RGB view that `convert_frame` makes the frame. With
-        `timings`, the drawing is added to its "render" and the conversion (pygame only) to its "convert_frame"."""
+        instance's renderer. The fast renderer draws the frame itself; the pygame renderer draws an RGB view that
+        `convert_frame` makes the frame. With `timings`, the drawing is added to its "render" and the conversion (pygame
+        only) to its "convert_frame"."""
         clock = self.clock
         t0 = clock()
         try:

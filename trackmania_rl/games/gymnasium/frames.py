@@ -1,6 +1,6 @@
 """From an env's image to the network's frames: grey (or colour), cropped, resized by area, and the last C stacked.
 
-`FramePreparer(cfg)(image) -> (H, W) uint8`: an RGB (h, w, 3) or grey (h, w) / (h, w, 1) image, cut by `frame_crop`
+`FramePreparer(cfg)(image) -> (H, W) uint8` (or (3, H, W)): an RGB (h, w, 3) or grey (h, w) / (h, w, 1) image, cut by `frame_crop`
 (top, bottom, left, right), made grey (OpenCV's RGB2GRAY: 0.299 R + 0.587 G + 0.114 B) and resized to
 W_downsized x H_downsized with area interpolation (the mean of the pixels each output pixel covers). With
 `frame_colour`: an RGB image kept in colour, (3, H, W), its R, G, B channels each resized the same way.
