@@ -224,9 +224,8 @@ def policy_sidecar(cfg, layout, game_backend: str, model: bytes, policy_version:
         "ms_per_action": int(cfg.ms_per_action) if float(cfg.ms_per_action).is_integer() else round(float(cfg.ms_per_action), 6),
         "frame": {
             "shape": frame_shape,
-            "stack": int(
-                cfg.frame_stack
-            ),  # the last `stack` frames as channels, oldest first (a race starts with its first frame repeated)
+            # the last `stack` frames as channels, oldest first (a race starts with its first frame repeated)
+            "stack": int(cfg.frame_stack),
             "channels_per_frame": 3 if cfg.frame_colour else 1,  # 1: grey; 3: R, G, B in that order
             "dtype": "uint8",
             "renderer": cfg.frame_renderer,
