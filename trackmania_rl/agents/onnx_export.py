@@ -41,6 +41,7 @@ from torch import nn
 
 from trackmania_rl.agents.exploration import midpoint_taus
 from trackmania_rl.agents.iqn import IQNNetwork, strip_compile_prefix
+from trackmania_rl.config.loader import channels_per_frame
 from trackmania_rl.config.loader import frame_shape as config_frame_shape
 from trackmania_rl.serialization import atomic_write_bytes
 
@@ -226,7 +227,7 @@ def policy_sidecar(cfg, layout, game_backend: str, model: bytes, policy_version:
             "shape": frame_shape,
             # the last `stack` frames as channels, oldest first (a race starts with its first frame repeated)
             "stack": int(cfg.frame_stack),
-            "channels_per_frame": 3 if cfg.frame_colour else 1,  # 1: grey; 3: R, G, B in that order
+            "channels_per_frame": channels_per_frame(cfg),  # 1: grey; 3: R, G, B in that order
             "dtype": "uint8",
             "renderer": cfg.frame_renderer,
             "preprocessing": backend.frame_preprocessing(cfg),

@@ -38,11 +38,15 @@ class Config(types.SimpleNamespace):
         return {k: v for k, v in vars(self).items() if k not in DERIVED}
 
 
+def channels_per_frame(cfg) -> int:
+    """1 for a grey frame, 3 with frame_colour (R, G, B in that order)."""
+    return 3 if cfg.frame_colour else 1
+
+
 def frame_shape(cfg) -> tuple[int, int, int]:
     """The network's frame of one state under `cfg`: (C, H_downsized, W_downsized), C = frame_stack channels, or with
     frame_colour 3 x frame_stack (each frame's R, G, B), the oldest frame first."""
-    channels_per_frame = 3 if cfg.frame_colour else 1
-    return (int(cfg.frame_stack) * channels_per_frame, int(cfg.H_downsized), int(cfg.W_downsized))
+    return (int(cfg.frame_stack) * channels_per_frame(cfg), int(cfg.H_downsized), int(cfg.W_downsized))
 
 
 def read_python_file(path: Path) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.games.base import CENTERLINE_RACE_KEYS, ROAD_TILE_COUNTS, RULES_TRAINING, GameBackend
 from trackmania_rl.games.car_racing import floats as car_floats
 
@@ -51,10 +52,9 @@ def frame_preprocessing(cfg) -> str:
     words += " " + _COLOUR_VIEW if cfg.frame_colour else ""
     if cfg.frame_stack == 1:
         return words
-    channels = cfg.frame_stack * (3 if cfg.frame_colour else 1)
     return words + (
-        f" A state is the last {cfg.frame_stack} such frames stacked as channels, oldest first, shape ({channels}, "
-        f"{cfg.H_downsized}, {cfg.W_downsized}); a race's first frame stands for the frames before it."
+        f" A state is the last {cfg.frame_stack} such frames stacked as channels, oldest first, shape {frame_shape(cfg)}; "
+        "a race's first frame stands for the frames before it."
     )
 
 

@@ -97,7 +97,6 @@ class _Race:
         "lap_time_ms",
         "missed_tiles",
         "frames",
-        "stack",
         # set by `_play` when the race ends
         "physics_steps",
         "native_score",
@@ -123,7 +122,6 @@ class _Race:
         self.missed_tiles = MissedTileCounter(centerline, geometry.start_distance)  # those of the first lap
         # frame_stack > 1: the race's frames, each state the last C channels (the first frame stands for those before it)
         self.frames = FrameHistory(*frame_shape(cfg)) if cfg.frame_stack > 1 else None
-        self.stack = cfg.frame_stack
 
 
 def validate_map_spec(map_spec) -> MapSpec:
@@ -402,7 +400,7 @@ class CarRacingGameInstance(GameInstance):
         if history.started:
             history.push(frame)
         else:
-            history.start(repeated(frame, race.stack))
+            history.start(repeated(frame, history.c // len(frame)))  # C channels: C / (channels of a frame) frames
         return history.stack()
 
     def state_float(self, geometry: ZoneGeometry, zone_idx: int, progress: float, previous_actions) -> np.ndarray:

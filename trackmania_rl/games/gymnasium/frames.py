@@ -13,20 +13,20 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.config.schema import ConfigError
 
 
 def describe_preprocessing(cfg) -> str:
     crop = "" if cfg.frame_crop is None else f" cut by (top, bottom, left, right) = {tuple(cfg.frame_crop)} pixels,"
     if cfg.frame_colour:
-        colour, channels = "in colour (its R, G, B channels, in that order)", 3 * cfg.frame_stack
+        colour = "in colour (its R, G, B channels, in that order)"
     else:
         colour = "in grey (OpenCV COLOR_RGB2GRAY: 0.299 R + 0.587 G + 0.114 B, rounded; a grey image as it is)"
-        channels = cfg.frame_stack
     return (
         f"The env's image ({cfg.gymnasium_env_id}'s observation),{crop} {colour}, resized to {cfg.W_downsized} x "
         f"{cfg.H_downsized} by OpenCV INTER_AREA, uint8; the last {cfg.frame_stack} such frames stacked as channels, oldest "
-        f"first, shape ({channels}, {cfg.H_downsized}, {cfg.W_downsized}); an episode's first frame stands for the frames "
+        f"first, shape {frame_shape(cfg)}; an episode's first frame stands for the frames "
         "before it. No other scaling: the network maps the bytes to [-1, 1) itself."
     )
 
