@@ -48,8 +48,9 @@ def measure_ingest(source, learner, n_rollouts: int, deadline_s: float = 600.0) 
     time ("fractions"), the play time ("play_s") and the frames' size ("frames_mb"). Where the time goes: "validate_ms"
     (the contract's check, timed again after the ingest, outside the fractions: its data then warm in the caches),
     "store_ms" (the ingest less that check) and, from a source that splits its take (`last_take_ms`, the Ray
-    source), "take_stages" (a dict per race)."""
-    names = ("fractions", "take_ms", "ingest_ms", "play_s", "frames_mb", "validate_ms", "store_ms", "take_stages")
+    source), "take_stages" (a dict per race); from one that receives its races on a thread of its own
+    (`last_receive_ms`, the Ray source), what each race cost that thread, off the learner's ("receive_stages")."""
+    names = ("fractions", "take_ms", "ingest_ms", "play_s", "frames_mb", "validate_ms", "store_ms", "take_stages", "receive_stages")
     figures = {name: [] for name in names}
     received = 0
     deadline = time.monotonic() + deadline_s
@@ -76,6 +77,8 @@ def measure_ingest(source, learner, n_rollouts: int, deadline_s: float = 600.0) 
         figures["store_ms"].append(1000 * (start + elapsed - taken) - validate_ms)
         if getattr(source, "last_take_ms", None):
             figures["take_stages"].append(dict(source.last_take_ms))
+        if getattr(source, "last_receive_ms", None):
+            figures["receive_stages"].append(dict(source.last_receive_ms))
         figures["play_s"].append(play_s)
         figures["frames_mb"].append(sum(getattr(frame, "nbytes", 0) for frame in envelope[0]["frames"]) / 2**20)
     if not figures["fractions"]:
@@ -85,7 +88,8 @@ def measure_ingest(source, learner, n_rollouts: int, deadline_s: float = 600.0) 
 
 def ingest_stages_ms(figures: dict) -> dict[str, float]:
     """measure_ingest's per-race stages as medians, ms: take (its own stages where the source splits it, the rest of
-    `get` as "take_other"), validate, store and their total."""
+    `get` as "take_other"), validate, store and their total; then a receiver thread's stages ("receiver_<stage>", not
+    in the total: they are not the learner's thread's)."""
     stages = {"take": figures["take_ms"]}
     if figures["take_stages"]:
         names = figures["take_stages"][0].keys()
@@ -93,6 +97,9 @@ def ingest_stages_ms(figures: dict) -> dict[str, float]:
             stages[f"take_{name}"] = [split[name] for split in figures["take_stages"]]
         stages["take_other"] = [take - sum(split.values()) for take, split in zip(figures["take_ms"], figures["take_stages"], strict=True)]
     stages.update(validate=figures["validate_ms"], store=figures["store_ms"], total=figures["ingest_ms"])
+    for split in figures.get("receive_stages", [])[:1]:
+        for name in split:
+            stages[f"receiver_{name}"] = [race[name] for race in figures["receive_stages"]]
     return {name: round(statistics.median(values), 3) for name, values in stages.items()}
 
 

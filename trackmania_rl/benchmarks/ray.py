@@ -9,13 +9,13 @@
   and no race in flight, each node's object-store bytes ÷ the weights object's size, on a two-node cluster with
   2 actors per node (`weight_copies_per_node`); the figure is the largest over the nodes. Target 1. Also says
   whether each actor's arrays are read-only views of the object store (no private copy).
-- `ray.ingest_fraction`: learner time to take one race (`source.get`: ray.wait and ray.get of the actor's answer,
-  array views back into lists, the next handoff asked) and store it (`ingest_envelope`) ÷ that race's play time.
-  Median. Target <= 0.02.
+- `ray.ingest_fraction`: learner time to take one race (`source.get`: the race off the source's receiver thread's
+  queue, array views back into lists) and store it (`ingest_envelope`) ÷ that race's play time. Median. Target <= 0.02.
 - `ray.ingest_stages_ms`: where that time goes, median ms per race, Ray beside a local collector's races taken off
-  their queue (`pipeline.measure_ingest`, same count of races, right after): take (Ray: the answer's `ray.get`, the
-  unpacking, the next handoff's call and the rest of `get`, its waits and bookkeeping; local: the queue read, its
-  unpickling and the unpacking), validate (the contract's check), store (the ingest less the check), total.
+  their queue (`pipeline.measure_ingest`, same count of races, right after): take (Ray: the unpacking and the rest of
+  `get`, its wait and bookkeeping; local: the queue read, its unpickling and the unpacking), validate (the contract's
+  check), store (the ingest less the check), total; and, off the learner's thread, what the Ray source's receiver
+  paid per race: its share of the answer's `ray.get`, the next handoff's call (`receiver_*`).
 - the per-rollout and per-publish costs docs/cluster.md's estimate starts from: race MB, publish ms and MB.
 """
 

@@ -59,8 +59,9 @@ def test_an_actor_killed_before_the_learner_heard_from_it_is_counted_restarted(r
     source.publish(1, _weights(short_races_live.current, 1))
     source.start()
     try:
-        # no `get` yet: the source has not seen the actor's first incarnation when it dies (its process id asked
-        # of the actor itself: the actor table's may not be its process yet when it first says ALIVE)
+        # killed as soon as it answers: the source has not seen the actor's first incarnation when it dies (its first
+        # handoff waits up to 1 s for a race, and no race is played that soon; its process id asked of the actor
+        # itself: the actor table's may not be its process yet when it first says ALIVE)
         os.kill(ray.get(source.slots[0].handle.stats.remote(), timeout=90)["pid"], signal.SIGKILL)
         deadline = time.monotonic() + 90
         while source.slots[0].races == 0 and time.monotonic() < deadline:

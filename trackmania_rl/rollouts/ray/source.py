@@ -5,15 +5,16 @@ cluster.py; an address joins a running one), checks that the cluster has a CPU f
 game) and starts the policy store. `start()` creates the actors (one CPU each, spread over the nodes, restarted
 by Ray when their process dies).
 
-The learner's side of the pipeline, all from its own thread and never blocking beyond `get`'s timeout:
+The learner's side of the pipeline: a receiver thread of the source's own talks to the actors, so that the learner's
+intake thread never makes a Ray call for a race (each costs it ~1 ms on 2 busy cores, ~3 per race):
 - each actor has one `handoff` call outstanding, answered with the races it sent (packed, in the answer itself:
-  an object of the learner's, in the object store of the actor's node); `get` waits (`ray.wait`, bounded by its
-  timeout) on those calls, takes the races of a ready answer with one `ray.get` and hands them out one at a time,
-  turned back into the contract's envelope. Once an actor's races are all taken, its next handoff is asked,
-  carrying the count taken (the actor's slots are free again: at most 2 in flight per actor). Per race that is
-  one wait, one get and one call, the fewest Ray allows (each costs ~0.3 ms of the learner's thread: an answer of
-  refs to get one by one and a call per acknowledgement cost it twice that). An answer lost with its node (read
-  after its node left) is counted as a lost race;
+  an object of the learner's, in the object store of the actor's node); the receiver waits (`ray.wait`) on those
+  calls, takes the races of a ready answer with one `ray.get` and queues them. `get` (the learner's intake) waits on
+  that queue within its timeout, turns a race back into the contract's envelope and counts it taken. Once an
+  actor's races are all taken, the receiver asks its next handoff, carrying the count taken (the actor's slots are
+  free again: at most 2 in flight per actor). Per race that is one get and one call on the receiver, and its waits
+  (one per answer, more while it looks again for a take it waits on). An answer lost with its node (read after its
+  node left) is counted as a lost race;
 - `publish` converts the weights to numpy once and puts them once; the policy store hands the ref to the
   actors, which pull it only when newer;
 - `pause`/`resume` set the store's flag, `learner_progress` its frame count and, after a live edit, the
@@ -23,6 +24,7 @@ The learner's side of the pipeline, all from its own thread and never blocking b
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -45,6 +47,9 @@ PROGRESS_PERIOD_S = 1.0  # how often the learner's frame count is sent to the po
 RETRY_HANDOFF_S = 1.0  # after a failed handoff (actor restarting or dead), before asking again
 STATS_TIMEOUT_S = 5.0
 GET_TIMEOUT_S = 10.0  # a race reported ready is local: this only bounds a pathological case
+# how often the receiver, waiting on other actors' answers, looks again for an actor whose races were all taken (its
+# next handoff is then asked: its second slot plays meanwhile); with no answer to wait on it is woken by the take
+RECEIVER_POLL_S = 0.02
 MB = 2**20
 
 
@@ -55,12 +60,12 @@ class ActorSlot:
     incarnation: str | None = None
     restarts: int = 0  # restarts seen
     failed_before_answer: bool = False  # a handoff failed (the actor died) before the first answer
-    taken: int = 0  # races of this incarnation taken or given up (acknowledged to the actor)
+    taken: int = 0  # races of this incarnation taken by the learner (acknowledged to the actor by its next handoff)
     races: int = 0  # races taken from this slot over the run
     lost: int = 0
-    handoff: object = None  # the outstanding handoff call's ref
+    handoff: object = None  # the outstanding handoff call's ref (the receiver's alone)
     held: int = 0  # races of its answers not yet taken: its next handoff is asked once they are
-    retry_at: float = 0.0
+    retry_at: float = 0.0  # the receiver's alone
     state: str = "PENDING_CREATION"  # as the cluster's actor table says
     node_ip: str = ""
     ray_restarts: int = 0  # as the cluster's actor table counts them
@@ -71,7 +76,7 @@ class PendingRace:
     packed: tuple  # (packed rollout_results, end_race_stats, meta), as the actor sent it
     slot: ActorSlot
     incarnation: str
-    get_ms: float  # its share of the `ray.get` of the answer it came in
+    get_ms: float  # its share of the receiver's `ray.get` of the answer it came in
 
 
 class RaySource(RolloutSource):
@@ -102,18 +107,26 @@ class RaySource(RolloutSource):
         self._cfg = live.current
         self.store, self.store_name = start_policy_store(config_to_values(self._cfg))
         self.slots: list[ActorSlot] = []
+        # races received and not yet taken, and the slots' counts, shared by the receiver and the learner's intake
+        self._lock = threading.Condition()
         self.pending: deque[PendingRace] = deque()
+        self._receiver: threading.Thread | None = None
+        self._receiver_failure: BaseException | None = None
+        self._closing = threading.Event()
+        self._all_taken = threading.Event()  # set by a take that leaves an actor holding none: the receiver asks again
         self.version = 0
         self.paused = False
         self._progress_sent_at = 0.0
         self._health_at = 0.0
         self._health: SourceHealth | None = None
         self._restarts_seen = 0
-        self._window = {"ingest_ms": [], "delivery_s": [], "policy_lag": [], "race_mb": []}
+        self._window = {"ingest_ms": [], "receive_ms": [], "delivery_s": [], "policy_lag": [], "race_mb": []}
         self._lost_in_window = 0
         self.lost = 0
         self.stopped = False
-        self.last_take_ms: dict[str, float] = {}  # the last race's take, by stage (benchmarks/ray.py reports them)
+        self.last_take_ms: dict[str, float] = {}  # the last race's take on the learner's thread, by stage (benchmarks/ray.py)
+        self.last_receive_ms: dict[str, float] = {}  # and what it cost the receiver: its share of the get, the last ask
+        self._last_ask_ms = 0.0
 
     # ------------------------------------------------------------------------------------------ start
     def start(self) -> None:
@@ -127,77 +140,108 @@ class RaySource(RolloutSource):
         for index in range(self.actors_count):
             handle = remote.remote(index, self.actors_count, self.game_backend, self.store_name, self.first_producer, self.producers)
             self.slots.append(ActorSlot(index, handle))
-        for slot in self.slots:
-            self._ask(slot)
+        self._receiver = threading.Thread(target=self._receive_loop, name="ray-receiver", daemon=True)
+        self._receiver.start()
         self.log(f"Ray: {self.actors_count} collector actor(s), one game each, on {_nodes_summary()}")
-
-    def _ask(self, slot: ActorSlot) -> None:
-        slot.handoff = slot.handle.handoff.remote(HANDOFF_WAIT_S, slot.taken, slot.incarnation)
 
     # ------------------------------------------------------------------------------------------ races in
     def get(self, timeout_s: float):
         deadline = self.clock() + max(0.0, timeout_s)
         while True:
-            self._collect_handoffs()
-            if self.pending:
-                return self._take(self.pending.popleft())
+            if self._receiver_failure is not None:
+                raise RuntimeError(f"the Ray source's receiver thread failed: {self._receiver_failure!r}") from self._receiver_failure
+            with self._lock:
+                race = self.pending.popleft() if self.pending else None
+            if race is not None:
+                return self._take(race)
             remaining = deadline - self.clock()
             if remaining <= 0:
                 return None
-            waitables = [slot.handoff for slot in self.slots if slot.handoff is not None]
-            if waitables:
-                ray.wait(waitables, num_returns=1, timeout=min(remaining, HANDOFF_WAIT_S), fetch_local=True)
-            else:  # every actor restarting or dead: nothing to wait on but the clock
-                time.sleep(min(remaining, 0.05))
+            with self._lock:
+                if not self.pending and self._receiver_failure is None:
+                    self._lock.wait(remaining)
 
-    def _collect_handoffs(self) -> None:
-        now = time.perf_counter()
-        calls = [slot.handoff for slot in self.slots if slot.handoff is not None]
-        ready = set(ray.wait(calls, num_returns=len(calls), timeout=0, fetch_local=True)[0]) if calls else set()
+    # ------------------------------------------------------------------------------------------ the receiver thread
+    def _receive_loop(self) -> None:
+        try:
+            while not self._closing.is_set():
+                self._all_taken.clear()
+                waits_for_take, retry_in = self._ask_free_slots()
+                calls = {slot.handoff: slot for slot in self.slots if slot.handoff is not None}
+                if not calls:  # every actor waiting for its races to be taken (woken by the take), restarting or dead
+                    self._all_taken.wait(retry_in)
+                    continue
+                timeout = min(retry_in, RECEIVER_POLL_S) if waits_for_take else retry_in
+                ready, _ = ray.wait(list(calls), num_returns=1, timeout=timeout, fetch_local=True)
+                for ref in ready:
+                    self._receive(calls[ref])
+        except BaseException as e:  # the learner's next get raises it: a run must not starve silently
+            if not self._closing.is_set():
+                self._receiver_failure = e
+                with self._lock:
+                    self._lock.notify_all()
+
+    def _ask_free_slots(self) -> tuple[bool, float]:
+        """Ask the next handoff of each actor whose races are all taken; whether an actor's races still wait to be
+        taken, and the seconds until the next retry of a failed handoff is due (at most HANDOFF_WAIT_S)."""
+        now, waits_for_take, retry_in = time.perf_counter(), False, HANDOFF_WAIT_S
         for slot in self.slots:
-            if slot.handoff is None:
-                if now >= slot.retry_at and not self.stopped and not slot.held:
-                    self._ask(slot)
+            if slot.handoff is not None or self.stopped:
                 continue
-            if slot.handoff not in ready:
-                continue
-            start = time.perf_counter()
-            try:
-                reply = ray.get(slot.handoff, timeout=GET_TIMEOUT_S)
-            except (RayActorError, RayError) as e:  # it died (Ray restarts it, or it is dead for good) or is unreachable
-                slot.handoff, slot.retry_at = None, now + RETRY_HANDOFF_S  # for now: ask again later
-                died = isinstance(e, RayActorError) and not isinstance(e, ActorUnavailableError)
-                slot.failed_before_answer = slot.failed_before_answer or (slot.incarnation is None and died)
-                if isinstance(e, (ObjectLostError, GetTimeoutError)):  # an answer that held races (one without lives here)
-                    self._count_lost(slot, type(e).__name__)
-                continue
-            get_ms = 1000 * (time.perf_counter() - start)
-            slot.handoff = None
-            self._note_incarnation(slot, reply["incarnation"])
-            races = reply["races"]
-            get_ms /= max(1, len(races))
-            self.pending.extend(PendingRace(packed, slot, reply["incarnation"], get_ms) for packed in races)
-            slot.held += len(races)
-            if not races:
-                self._ask(slot)
+            with self._lock:
+                held, taken, incarnation = slot.held, slot.taken, slot.incarnation
+            if held:
+                waits_for_take = True
+            elif now < slot.retry_at:
+                retry_in = min(retry_in, slot.retry_at - now)
+            else:
+                start = time.perf_counter()
+                slot.handoff = slot.handle.handoff.remote(HANDOFF_WAIT_S, taken, incarnation)
+                self._last_ask_ms = 1000 * (time.perf_counter() - start)
+        return waits_for_take, max(retry_in, 0.0)
 
-    def _count_lost(self, slot: ActorSlot, why: str) -> None:
-        slot.lost += 1
-        self.lost += 1
-        self._lost_in_window += 1
-        self.log(f"Ray actor {slot.index}: a race was lost with its node ({why}); the run goes on")
-
-    def _note_incarnation(self, slot: ActorSlot, incarnation: str) -> None:
-        if slot.incarnation == incarnation:
+    def _receive(self, slot: ActorSlot) -> None:
+        now = time.perf_counter()
+        try:
+            reply = ray.get(slot.handoff, timeout=GET_TIMEOUT_S)
+        except (RayActorError, RayError) as e:  # it died (Ray restarts it, or it is dead for good) or is unreachable
+            slot.handoff, slot.retry_at = None, now + RETRY_HANDOFF_S  # for now: ask again later
+            died = isinstance(e, RayActorError) and not isinstance(e, ActorUnavailableError)
+            slot.failed_before_answer = slot.failed_before_answer or (slot.incarnation is None and died)
+            if isinstance(e, (ObjectLostError, GetTimeoutError)):  # an answer that held races (one without lives here)
+                self._count_lost(slot, type(e).__name__)
             return
-        if slot.incarnation is not None:
-            restarts = slot.restarts + 1
-        else:  # the first answer: an incarnation that died before answering is known only to the cluster's table
-            restarts = max(int(slot.failed_before_answer), _restarts_in_table(slot))
+        get_ms = 1000 * (time.perf_counter() - now)
+        slot.handoff = None
+        races, incarnation = reply["races"], reply["incarnation"]
+        get_ms /= max(1, len(races))
+        restarts = self._restarts_if_new(slot, incarnation)  # before the lock: it may ask the cluster's table
+        with self._lock:
+            if slot.incarnation != incarnation:
+                slot.incarnation, slot.taken = incarnation, 0
+            self.pending.extend(PendingRace(packed, slot, incarnation, get_ms) for packed in races)
+            slot.held += len(races)
+            self._window["receive_ms"].extend([get_ms] * len(races))
+            self._lock.notify_all()
         if restarts > slot.restarts:
             slot.restarts = restarts
             self.log(f"Ray actor {slot.index} was restarted ({slot.restarts} time(s)); it pulls the weights again")
-        slot.incarnation, slot.taken = incarnation, 0
+
+    def _count_lost(self, slot: ActorSlot, why: str) -> None:
+        with self._lock:
+            slot.lost += 1
+            self.lost += 1
+            self._lost_in_window += 1
+        self.log(f"Ray actor {slot.index}: a race was lost with its node ({why}); the run goes on")
+
+    def _restarts_if_new(self, slot: ActorSlot, incarnation: str) -> int:
+        """The actor's restarts as this answer from `incarnation` shows them."""
+        if slot.incarnation == incarnation:
+            return slot.restarts
+        if slot.incarnation is not None:
+            return slot.restarts + 1
+        # the first answer: an incarnation that died before answering is known only to the cluster's table
+        return max(int(slot.failed_before_answer), _restarts_in_table(slot))
 
     def _take(self, race: PendingRace):
         slot = race.slot
@@ -205,14 +249,16 @@ class RaySource(RolloutSource):
         packed, end_race_stats, meta = race.packed
         envelope = (unpack_race(packed), end_race_stats, meta)
         unpacked = time.perf_counter()
-        slot.held -= 1
-        if race.incarnation == slot.incarnation:
-            slot.taken += 1
-        if not slot.held and slot.handoff is None and not self.stopped:
-            self._ask(slot)  # carries the count taken: frees the actor's slots
-        asked = time.perf_counter()
-        self.last_take_ms = {"object_store_get": race.get_ms, "unpack": 1000 * (unpacked - start), "ask": 1000 * (asked - unpacked)}
-        self._window["ingest_ms"].append(race.get_ms + 1000 * (unpacked - start))
+        with self._lock:
+            slot.held -= 1  # once none is held, the receiver asks the actor's next handoff, with the count taken
+            if race.incarnation == slot.incarnation:
+                slot.taken += 1
+            if not slot.held:
+                self._all_taken.set()
+            self.last_take_ms = {"unpack": 1000 * (unpacked - start)}
+            # the ask: the receiver's last handoff call, to any actor (each costs about the same)
+            self.last_receive_ms = {"object_store_get": race.get_ms, "ask": self._last_ask_ms}
+            self._window["ingest_ms"].append(1000 * (unpacked - start))
         meta["collector"] = slot.index
         self._window["delivery_s"].append(max(0.0, time.time() - meta.get("put_time", time.time())))
         versions = envelope[0][POLICY_VERSION]
@@ -295,17 +341,18 @@ class RaySource(RolloutSource):
             figures[f"{prefix}/actor{index}/in_flight"] = stats["in_flight"]
             for name, value in stats["timings"].items():
                 figures[f"{prefix}/actor{index}/{name}"] = round(value, 4)
-        window, self._window = self._window, {key: [] for key in self._window}
+        with self._lock:
+            window, self._window = self._window, {key: [] for key in self._window}
+            lost_in_window, self._lost_in_window = self._lost_in_window, 0
         for name, values in window.items():
             if values:
                 figures[f"{prefix}/{name}_mean"] = round(sum(values) / len(values), 4)
         health = self._health or self._check()
         figures[f"{prefix}/races_taken"] = len(window["ingest_ms"])
-        figures[f"{prefix}/races_lost"] = self._lost_in_window
-        figures[f"{prefix}/races_in_flight"] = in_flight_total + len(self.pending)
+        figures[f"{prefix}/races_lost"] = lost_in_window
+        figures[f"{prefix}/races_in_flight"] = in_flight_total  # the actors count the races received and not yet taken
         figures[f"{prefix}/actors_alive"] = health.alive
         figures[f"{prefix}/actors_restarted"] = sum(slot.restarts for slot in self.slots)
-        self._lost_in_window = 0
         return figures
 
     def summary(self) -> list[str]:
@@ -319,15 +366,21 @@ class RaySource(RolloutSource):
 
     # ------------------------------------------------------------------------------------------ stop
     def stop(self) -> None:
-        """Kill the actors and the store, leave the cluster, stop the local cluster we started."""
+        """Stop the receiver, kill the actors and the store, leave the cluster, stop the local cluster we started."""
         if self.stopped:
             return
         self.stopped = True
-        for slot in self.slots:
+        self._closing.set()
+        self._all_taken.set()
+        for slot in self.slots:  # first: the receiver's outstanding handoffs then fail at once
             try:
                 ray.kill(slot.handle, no_restart=True)
             except Exception:
                 pass
+        if self._receiver is not None:  # out of its Ray calls before the connection closes
+            self._receiver.join(timeout=HANDOFF_WAIT_S + GET_TIMEOUT_S + 1.0)
+            if self._receiver.is_alive():
+                self.log("Ray: the source's receiver thread did not stop within its calls' timeouts; leaving the cluster anyway")
         try:
             ray.kill(self.store, no_restart=True)
         except Exception:
