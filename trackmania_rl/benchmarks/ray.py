@@ -16,11 +16,16 @@
   `get`, its wait and bookkeeping; local: the queue read, its unpickling and the unpacking), validate (the contract's
   check), store (the ingest less the check), total; and, off the learner's thread, what the Ray source's receiver
   paid per race: its share of the answer's `ray.get`, the next handoff's call (`receiver_*`).
+- `ray.cpu_percent_one_actor` (Linux): where the CPU goes while one actor plays and the learner takes its races, % of
+  a core over a window: the actor's busiest thread (its game) and its other threads (sender, status polls, handoffs,
+  Ray's own), each of Ray's node processes (raylet, GCS, policy store, log monitor, ...) and the driver (the learner's
+  side: the source's receiver thread and the intake): what a Ray actor costs beside its game.
 - the per-rollout and per-publish costs docs/cluster.md's estimate starts from: race MB, publish ms and MB.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import tempfile
@@ -175,6 +180,83 @@ def weight_copies_per_node(source: RaySource, version: int, weights: dict) -> di
     }
 
 
+def _cpu_seconds(stat_path: str) -> tuple[int, float]:
+    """(session id, user + system CPU seconds) of a process or thread, from its /proc stat file."""
+    with open(stat_path) as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[3]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_name(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        words = f.read().split(b"\0")
+    for word in words:  # the executable's or the Python script's name, or Ray's process title
+        name = os.path.basename(word.decode(errors="replace"))
+        if name and not name.startswith("python") and not name.startswith("-"):
+            return name.split(" ")[0]
+    return "?"
+
+
+def _cpu_by_process(session: int) -> dict[str, float]:
+    """CPU seconds of the node's processes (those of `session`, by name, summed) and of this process ("driver")."""
+    seconds: dict[str, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            sid, cpu = _cpu_seconds(f"/proc/{entry}/stat")
+            name = "driver" if int(entry) == os.getpid() else _process_name(int(entry)) if sid == session else None
+        except OSError:  # gone meanwhile
+            continue
+        if name is not None:
+            seconds[name] = seconds.get(name, 0.0) + cpu
+    return seconds
+
+
+def _cpu_by_thread(pid: int) -> dict[int, float]:
+    seconds = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            seconds[int(tid)] = _cpu_seconds(f"/proc/{pid}/task/{tid}/stat")[1]
+        except OSError:
+            continue
+    return seconds
+
+
+def cpu_percent_one_actor(live, weights, node, window_s: float) -> dict:
+    """% of a core each part takes while one actor plays and its races are taken (`ray.cpu_percent_one_actor`)."""
+    source = _ray_source(live, 1)
+    source.publish(1, weights)
+    source.start()
+    try:
+        source_actions_per_s(source, 1, 0.0)  # its warm-up race came
+        actor_pid = ray.get(source.slots[0].handle.stats.remote())["pid"]
+        session = os.getsid(node.process.pid)
+        processes, threads, start = _cpu_by_process(session), _cpu_by_thread(actor_pid), time.perf_counter()
+        actions = 0
+        while time.perf_counter() - start < window_s:
+            envelope = source.get(timeout_s=0.5)
+            actions += 0 if envelope is None else len(envelope[0]["actions"])
+        elapsed = time.perf_counter() - start
+        processes_after, threads_after = _cpu_by_process(session), _cpu_by_thread(actor_pid)
+    finally:
+        _stop_actors(source)
+    per_thread = sorted((threads_after[t] - threads.get(t, 0.0) for t in threads_after), reverse=True)
+    per_process = {name: 100 * (cpu - processes.get(name, 0.0)) / elapsed for name, cpu in processes_after.items()}
+    actor_name = next((name for name in per_process if "CollectorActor" in name), None)
+    by_share = sorted(per_process.items(), key=lambda kv: -kv[1])
+    others = {name: round(share, 2) for name, share in by_share if name != actor_name and share >= 0.05}
+    return {
+        "actor_game_thread": round(100 * per_thread[0] / elapsed, 2),
+        "actor_other_threads": round(100 * sum(per_thread[1:]) / elapsed, 2),
+        "processes": others,
+        "outside_the_game_thread": round(100 * sum(per_thread[1:]) / elapsed + sum(others.values()), 2),
+        "actions_per_s": round(actions / elapsed, 1),
+        "window_s": round(elapsed, 1),
+    }
+
+
 def run(args):
     torch.set_num_threads(1)
     window_s = 15.0 if args.quick else 20.0
@@ -238,6 +320,10 @@ def run(args):
             "local_ingest_fraction": round(statistics.median(local["fractions"]), 5),
             "local_rollout_play_s_median": round(statistics.median(local["play_s"]), 2),
         }
+
+        if os.path.isdir("/proc/self/task"):
+            shares = cpu_percent_one_actor(live, weights, head, 2 * window_s)
+            yield {"figure": "ray.cpu_percent_one_actor", "value": shares["outside_the_game_thread"], "unit": "% of a core", **shares}
 
         # throughput against local processes, alternated
         ratios = {}
