@@ -154,7 +154,7 @@ def test_export_script_exports_an_enduro_model_folder(enduro, tmp_path, capsys):
 
 @pytest.mark.parametrize("colour", [False, True])
 def test_export_script_exports_a_pixels_only_carracing_model(tmp_path, capsys, colour):
-    """config_files/carracing_pixels.py's network: 4 stacked 64 x 64 frames (grey, or in colour: 3 channels each), the
+    """config_files/carracing_pixels.py's network: 4 stacked 48 x 48 frames (grey, or in colour: 3 channels each), the
     clock and previous actions as floats; the export's own check passes and the sidecar says so."""
     cfg = load_config(REPO_ROOT / "config_files" / "carracing_pixels.py").replace(frame_colour=colour)
     per_frame = 3 if colour else 1
@@ -171,7 +171,8 @@ def test_export_script_exports_a_pixels_only_carracing_model(tmp_path, capsys, c
     assert code == 0, captured.err
     assert json.loads(captured.out)["check_same_action_fraction"] == 1.0
     sidecar = json.loads(out.with_suffix(".json").read_text())
-    assert sidecar["game"] == "carracing" and sidecar["frame"]["shape"] == [4 * per_frame, 64, 64] and sidecar["frame"]["stack"] == 4
+    assert sidecar["game"] == "carracing" and sidecar["frame"]["stack"] == 4
+    assert sidecar["frame"]["shape"] == [4 * per_frame, cfg.H_downsized, cfg.W_downsized]
     assert sidecar["frame"]["channels_per_frame"] == per_frame
     assert "the last 4 such frames stacked as channels" in sidecar["frame"]["preprocessing"]
     assert [s["name"] for s in sidecar["state_float"]["layout"]] == ["mini_race_clock", "previous_actions"]
