@@ -322,3 +322,19 @@ def test_training_backlog_counts_only_once_learning_can_start(tmp_path):
     assert learner.training_backlog_batches() == pytest.approx(credit / learner.cfg.batch_size)
     learner.train(max_seconds=30.0)  # trains until the credit is spent
     assert learner.training_backlog_batches() < 1.0
+
+
+def test_a_replay_that_cannot_be_saved_in_this_machines_memory_is_warned_of_at_start(tmp_path):
+    """The buffers are made at the schedule's first capacity; the warning is about the largest one, held twice while a
+    checkpoint saves it. 10 billion transitions fit no machine; 800 fit every one (no warning)."""
+    learner, messages = _learner(tmp_path)
+    assert not any("WARNING: the replay" in m for m in messages)
+    OVERRIDES_HUGE = dict(OVERRIDES, memory_size_schedule=[(0, (400, 50)), (10**12, (10**10, 50))])
+    path = tmp_path / "huge.py"
+    path.write_text((CONFIG_DIR / "config.py").read_text() + "\n" + "\n".join(f"{k} = {v!r}" for k, v in OVERRIDES_HUGE.items()) + "\n")
+    huge_messages = []
+    live = LiveConfig(path, log=huge_messages.append)
+    huge = Learner(live, float_layout_for(live.current), torch.device("cpu"), tmp_path / "huge_run", log=huge_messages.append)
+    assert huge.buffer.capacity == 400  # nothing allocated for the largest capacity yet
+    warnings = [m for m in huge_messages if "WARNING: the replay of 10,000,000,000 transitions" in m]
+    assert len(warnings) == 1 and "memory_size_schedule" in warnings[0]

@@ -44,6 +44,7 @@ from trackmania_rl.learner.checkpoint import (
 from trackmania_rl.learner.run_stats import RunStats
 from trackmania_rl.replay.buffers import append_saved_buffer, make_buffers, read_buffer_file, resize_buffers, save_buffer
 from trackmania_rl.replay.experience import fill_buffers
+from trackmania_rl.replay.memory_check import machine_memory_bytes, replay_memory_warning
 from trackmania_rl.replay.storage import InvalidBufferFile
 from trackmania_rl.rollouts.contract import InvalidRollout, RolloutShape, policy_lag, require_reward_keys, validated_race
 
@@ -88,6 +89,10 @@ class Learner:
         capacity, self.memory_start_learn = self._memory_size()
         # the buffers give host tensors; the batch feed moves them to the device (prefetched on CUDA)
         self.buffer, self.buffer_test = make_buffers(self.cfg, layout, capacity, device="cpu", rng=self.rng)
+        largest = max(int(c) for _, (c, _) in self.cfg.memory_size_schedule)
+        warning = replay_memory_warning(self.buffer.nbytes() + self.buffer_test.nbytes(), capacity, largest, machine_memory_bytes())
+        if warning:
+            log(f"WARNING: {warning}")
         self.resumed_from: Path | None = None  # the checkpoint folder this learner resumed from
         if resume:
             self._resume()
