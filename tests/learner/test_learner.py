@@ -26,8 +26,8 @@ OVERRIDES = dict(
 )
 
 
-def _config_file(tmp_path):
-    lines = [f"{k} = {v!r}" for k, v in OVERRIDES.items()]
+def _config_file(tmp_path, overrides=OVERRIDES):
+    lines = [f"{k} = {v!r}" for k, v in overrides.items()]
     path = tmp_path / "config_copy.py"
     path.write_text((CONFIG_DIR / "config.py").read_text() + "\n" + "\n".join(lines) + "\n")
     return path
@@ -40,9 +40,9 @@ def _local_source(shared):
     return LocalCollectorSource(pool, shared, ctx.Event(), ctx.Value("q", 0, lock=False), stall_timeout_s=lambda: 60.0)
 
 
-def _learner(tmp_path, shared=None, resume=True, device="cpu"):
+def _learner(tmp_path, shared=None, resume=True, device="cpu", overrides=OVERRIDES):
     messages = []
-    live = LiveConfig(_config_file(tmp_path), log=messages.append)
+    live = LiveConfig(_config_file(tmp_path, overrides), log=messages.append)
     layout = float_layout_for(live.current)
     source = _local_source(shared) if shared is not None else None
     learner = Learner(live, layout, torch.device(device), tmp_path / "run", source=source, log=messages.append, resume=resume)
@@ -329,12 +329,10 @@ def test_a_replay_that_cannot_be_saved_in_this_machines_memory_is_warned_of_at_s
     checkpoint saves it. 10 billion transitions fit no machine; 800 fit every one (no warning)."""
     learner, messages = _learner(tmp_path)
     assert not any("WARNING: the replay" in m for m in messages)
-    OVERRIDES_HUGE = dict(OVERRIDES, memory_size_schedule=[(0, (400, 50)), (10**12, (10**10, 50))])
-    path = tmp_path / "huge.py"
-    path.write_text((CONFIG_DIR / "config.py").read_text() + "\n" + "\n".join(f"{k} = {v!r}" for k, v in OVERRIDES_HUGE.items()) + "\n")
-    huge_messages = []
-    live = LiveConfig(path, log=huge_messages.append)
-    huge = Learner(live, float_layout_for(live.current), torch.device("cpu"), tmp_path / "huge_run", log=huge_messages.append)
+    huge_dir = tmp_path / "huge"
+    huge_dir.mkdir()
+    huge_schedule = [(0, (400, 50)), (10**12, (10**10, 50))]
+    huge, huge_messages = _learner(huge_dir, overrides=dict(OVERRIDES, memory_size_schedule=huge_schedule))
     assert huge.buffer.capacity == 400  # nothing allocated for the largest capacity yet
     warnings = [m for m in huge_messages if "WARNING: the replay of 10,000,000,000 transitions" in m]
     assert len(warnings) == 1 and "memory_size_schedule" in warnings[0]
