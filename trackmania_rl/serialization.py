@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -38,9 +39,13 @@ def atomic_write_bytes(data: bytes, path: str | Path) -> None:
     atomic_write(path, lambda f: f.write(data))
 
 
-def safe_torch_load(path: str | Path, map_location="cpu"):
-    """torch.load with weights_only=True: tensors, numbers, strings, lists, dicts only."""
-    return torch.load(Path(path), map_location=map_location, weights_only=True)
+def safe_torch_load(path: str | Path, map_location="cpu", mmap: bool = False):
+    """torch.load with weights_only=True: tensors, numbers, strings, lists, dicts only. `mmap`: the tensors stay in
+    the file, mapped into memory and read when touched (a big replay is then never held twice while it is loaded);
+    a file that is not a torch zip archive is read as without it, so that it fails the same way."""
+    path = Path(path)
+    mmap = mmap and zipfile.is_zipfile(path)
+    return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
 
 
 # torch's own advice when weights_only refuses a file (load it with weights_only=False, or allow-list the

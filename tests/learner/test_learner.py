@@ -324,9 +324,9 @@ def test_training_backlog_counts_only_once_learning_can_start(tmp_path):
     assert learner.training_backlog_batches() < 1.0
 
 
-def test_a_replay_that_cannot_be_saved_in_this_machines_memory_is_warned_of_at_start(tmp_path):
-    """The buffers are made at the schedule's first capacity; the warning is about the largest one, held twice while a
-    checkpoint saves it. 10 billion transitions fit no machine; 800 fit every one (no warning)."""
+def test_a_replay_that_does_not_fit_this_machines_memory_is_warned_of_at_start(tmp_path):
+    """The buffers are made at the schedule's first capacity; the warning is about the largest one. 10 billion
+    transitions fit no machine; 800 fit every one (no warning)."""
     learner, messages = _learner(tmp_path)
     assert not any("WARNING: the replay" in m for m in messages)
     huge_dir = tmp_path / "huge"

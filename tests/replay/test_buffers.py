@@ -7,7 +7,15 @@ from tests.helpers import make_rollout, markers
 from trackmania_rl.config.loader import default_config
 from trackmania_rl.games.car_racing.floats import make_float_layout
 from trackmania_rl.games.float_layout import MINI_RACE_CLOCK
-from trackmania_rl.replay.buffers import load_buffer, make_buffer, make_buffers, resize_buffers, save_buffer
+from trackmania_rl.replay.buffers import (
+    append_saved_buffer,
+    load_buffer,
+    make_buffer,
+    make_buffers,
+    read_buffer_file,
+    resize_buffers,
+    save_buffer,
+)
 from trackmania_rl.replay.experience import Experience, rollout_to_experience
 from trackmania_rl.replay.mini_race import MiniRaceTransform, draw_mini_race_clock
 from trackmania_rl.replay.samplers import SumTree
@@ -252,6 +260,35 @@ def test_save_and_load_round_trip(cfg, layout, tmp_path):
     smaller.sample_batch()
 
 
+def test_a_saved_buffer_shares_the_rings_frames_and_loads_back_in_order(cfg, layout, tmp_path):
+    # a full replay is most of the machine's memory: saving must not copy its frames (a checkpoint would double it)
+    buffer = make_buffer(cfg, layout, 300, rng=np.random.default_rng(0))
+    ring = buffer.storage.states["frames"]
+    ring_bytes = range(ring.data_ptr(), ring.data_ptr() + ring.numel())
+    buffer.extend(experience(cfg, layout, 101))
+    saved = buffer.storage.state_dict()
+    assert saved["state_offset"] == 0 and len(saved["content"]["frames"]) == 101  # not yet wrapped: the live range
+    assert saved["content"]["frames"].data_ptr() in ring_bytes
+    for k in range(1, 5):
+        buffer.extend(experience(cfg, layout, 101, first_marker=1000 * k))
+    saved = buffer.storage.state_dict()
+    assert saved["state_offset"] > 0  # wrapped: the whole ring, the oldest live state at the offset
+    assert saved["content"]["frames"].data_ptr() == ring.data_ptr()
+    path = tmp_path / "buffer.pt"
+    save_buffer(buffer, path)
+
+    for capacity in (300, 120):  # written straight into the ring; into a smaller one, the newest that fit
+        other = make_buffer(cfg, layout, capacity, rng=np.random.default_rng(1))
+        load_buffer(other, path)
+        assert stored_markers(other, layout).tolist() == stored_markers(buffer, layout)[-capacity:].tolist()
+        check_consistent(other, layout)
+    merged = make_buffer(cfg, layout, 600, rng=np.random.default_rng(1))  # a learner group's shards merged
+    merged.extend(experience(cfg, layout, 51, first_marker=9000))
+    append_saved_buffer(merged, read_buffer_file(path))
+    assert stored_markers(merged, layout).tolist() == list(range(9000, 9050)) + stored_markers(buffer, layout).tolist()
+    check_consistent(merged, layout)
+
+
 def _corrupt(state, how):
     content, storage = state["storage"]["content"], state["storage"]
     if how == "action out of range":
@@ -268,6 +305,8 @@ def _corrupt(state, how):
         content["gammas"][2, 0] = float("inf")
     elif how == "state index past the states":
         content["next_state_index"][-1] = len(content["frames"])
+    elif how == "state offset outside the states":
+        storage["state_offset"] = len(content["frames"])
     elif how == "float frames":
         content["frames"] = content["frames"].float()
     elif how == "frames of another shape":
@@ -294,6 +333,7 @@ def _corrupt(state, how):
         ("NaN reward", "`rewards` holds NaN"),
         ("infinite gamma", "`gammas` holds NaN or infinite"),
         ("state index past the states", "state indices point outside"),
+        ("state offset outside the states", "`state_offset` 101 is not a slot of the 101 stored states"),
         ("float frames", "`frames` has dtype torch.float32, expected torch.uint8"),
         ("frames of another shape", "`frames` has shape"),
         ("rewards missing", "`rewards` is missing"),

@@ -34,7 +34,6 @@ from torchrl.data.replay_buffers.samplers import Sampler
 
 from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.games.float_layout import FloatLayout
-from trackmania_rl.replay.experience import Experience
 from trackmania_rl.replay.mini_race import MiniRaceTransform
 from trackmania_rl.replay.samplers import PrioritizedSampler, UniformSampler
 from trackmania_rl.replay.storage import (
@@ -44,6 +43,7 @@ from trackmania_rl.replay.storage import (
     TransitionStorage,
     TransitionWriter,
     check_saved_storage,
+    saved_experience,
 )
 from trackmania_rl.serialization import atomic_torch_save, safe_torch_load, torch_load_failure
 
@@ -178,7 +178,7 @@ def read_buffer_file(path: str | Path, n_actions: int | None = None) -> dict[str
     content is damaged."""
     path = Path(path)
     try:
-        state_dict = safe_torch_load(path)
+        state_dict = safe_torch_load(path, mmap=True)  # the frames stay in the file until they are copied in
     except FileNotFoundError:
         raise FileNotFoundError(f"buffer file {path} does not exist") from None
     except Exception as e:  # truncated, not a torch file, or holding objects weights_only refuses
@@ -219,7 +219,7 @@ def append_saved_buffer(buffer: TransitionReplayBuffer, state_dict: dict[str, An
             f"saved buffer holds frames {tuple(saved['frame_shape'])}, {saved['float_dim']} floats and n_steps={saved['n_steps']}; "
             f"this buffer expects {storage.frame_shape}, {storage.float_dim} and n_steps={storage.n_steps}"
         )
-    buffer.extend(Experience(**{name: tensor.numpy() for name, tensor in saved["content"].items()}))
+    buffer.extend(saved_experience(saved))
 
 
 def make_buffer(

@@ -136,6 +136,12 @@ class TransitionStorage(Storage):
         n_new = len(exp)
         if n_new == 0:
             return torch.zeros(0, dtype=torch.int64)
+        return self._append_fitted(exp, [{name: getattr(exp, name) for name in self.STATE_FIELDS}])
+
+    def _append_fitted(self, exp: Experience, state_parts: list[dict]) -> torch.Tensor:
+        """`append` once `exp` fits: its transitions, whose states are `state_parts` one after the other (the state
+        fields of each part; `exp`'s own state fields are not read)."""
+        n_new = len(exp)
         capacity, state_capacity = self.max_size, self.state_capacity
         # 1. room in the transition ring: drop the oldest (their slots are overwritten just below)
         overflow = max(0, self.size + n_new - capacity)
@@ -143,9 +149,10 @@ class TransitionStorage(Storage):
         self.size -= overflow
         # 2. states, at global ids [first_gid, first_gid + n_states)
         first_gid = self.states_written
-        for name in self.STATE_FIELDS:
-            _ring_write(self.states[name], first_gid % state_capacity, getattr(exp, name))
-        self.states_written += exp.n_states
+        for part in state_parts:
+            for name in self.STATE_FIELDS:
+                _ring_write(self.states[name], self.states_written % state_capacity, part[name])
+            self.states_written += len(part["frames"])
         # 3. transitions, after the newest
         first_slot = (self.head + self.size) % capacity
         slots = torch.from_numpy((first_slot + np.arange(n_new, dtype=np.int64)) % capacity)
@@ -261,26 +268,48 @@ class TransitionStorage(Storage):
 
     # -- plain-data state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        exp = self.to_experience()
-        return {
+        """The live content as plain tensors, the states not copied: a full replay holds most of the machine's
+        memory, and a copy of its frames for each checkpoint would double that. The live states are one range of the
+        state ring: saved as a view of that range, or, once it wraps around the ring's end, as the whole ring (every
+        slot written by then) with `state_offset`, the slot of the oldest one (`saved_experience` reads either)."""
+        header = {
             "capacity": self.max_size,
             "state_capacity": self.state_capacity,
             "frame_shape": list(self.frame_shape),
             "float_dim": self.float_dim,
             "n_steps": self.n_steps,
             "transitions_written": self.transitions_written,
-            "content": {
-                name: torch.from_numpy(np.ascontiguousarray(getattr(exp, name)))
-                for name in Experience.STATE_FIELDS + Experience.TRANSITION_FIELDS
-            },
         }
+        if self.size == 0:
+            exp = _empty_experience(self.frame_shape, self.float_dim, self.n_steps)
+            return {**header, "content": {name: torch.from_numpy(getattr(exp, name)) for name in _CONTENT_DTYPES}}
+        rows = self.table.index_select(0, torch.from_numpy(self.physical_order())).numpy()
+        first_gid = int(rows[0, self.column["state_gid"]])
+        first_slot, n_states = first_gid % self.state_capacity, self.states_written - first_gid
+        if first_slot + n_states <= self.state_capacity:  # views of exactly the live range: torch.save writes only it
+            states = {name: torch.from_numpy(ring.numpy()[first_slot : first_slot + n_states]) for name, ring in self.states.items()}
+            offset = 0
+        else:
+            states, offset = dict(self.states), first_slot
+        transitions = {
+            "state_index": rows[:, self.column["state_gid"]] - first_gid,
+            "next_state_index": rows[:, self.column["next_state_gid"]] - first_gid,
+            "action": rows[:, self.column["action"]],
+            "n_steps": rows[:, self.column["n_steps"]],
+            "rewards": rows[:, self.rewards_columns],
+            "gammas": rows[:, self.gammas_columns],
+            "terminal_actions": rows[:, self.column["terminal_actions"]],
+        }
+        content = {name: torch.from_numpy(np.ascontiguousarray(a, dtype=_NUMPY_DTYPES[name])) for name, a in transitions.items()}
+        return {**header, "state_offset": offset, "content": {**states, **content}}
 
     def load_state_dict(self, state_dict: dict[str, Any], n_actions: int | None = None) -> np.ndarray:
         """Replace the content with a saved one (keeping the newest part if it does not fit); returns the
         positions, in the saved order, of the transitions kept.
 
         The saved content is checked first (`check_saved_storage`: InvalidBufferFile, nothing changed); a valid
-        one made for other frames, floats or n_steps raises ValueError."""
+        one made for other frames, floats or n_steps raises ValueError. Saved states that fit are written straight
+        into the state ring (from a file mapped into memory, they are never held twice)."""
         check_saved_storage(state_dict, n_actions)
         if tuple(state_dict["frame_shape"]) != self.frame_shape or int(state_dict["float_dim"]) != self.float_dim:
             raise ValueError(
@@ -289,12 +318,18 @@ class TransitionStorage(Storage):
             )
         if int(state_dict["n_steps"]) != self.n_steps:
             raise ValueError(f"saved buffer was built with n_steps={state_dict['n_steps']}, this one with {self.n_steps}")
-        content = Experience(**{name: t.numpy() for name, t in state_dict["content"].items()})
+        saved = {name: t.numpy() for name, t in state_dict["content"].items()}
+        n_transitions = len(saved["action"])
+        n_states = int(saved["next_state_index"].max()) + 1 if n_transitions else 0
         self._empty()
-        self.append(content)
+        if 0 < n_transitions <= self.max_size and n_states <= self.state_capacity:
+            parts = _rotated_parts(saved, int(state_dict.get("state_offset", 0)), n_states)
+            self._append_fitted(Experience(**{**saved, **parts[0]}), parts)
+        else:
+            self.append(saved_experience(state_dict))
         self.last_evicted = np.zeros(0, dtype=np.int64)
         self.transitions_written = int(state_dict["transitions_written"])
-        return np.arange(len(content) - self.size, len(content))
+        return np.arange(n_transitions - self.size, n_transitions)
 
     def dumps(self, path):
         atomic_torch_save(self.state_dict(), Path(path).with_suffix(".pt"))
@@ -310,6 +345,28 @@ def _ring_write(ring: torch.Tensor, first: int, rows: np.ndarray) -> None:
     head = min(len(rows), len(ring) - first)
     ring[first : first + head] = rows[:head]
     ring[: len(rows) - head] = rows[head:]
+
+
+def _rotated_parts(saved: dict, offset: int, n_states: int) -> list[dict]:
+    """The first `n_states` saved states in their logical order, as one or two views of the saved rows (a saved ring
+    starts at `offset` and wraps around its end)."""
+    n_rows = len(saved["frames"])
+    head = min(n_states, n_rows - offset)
+    parts = [{name: saved[name][offset : offset + head] for name in TransitionStorage.STATE_FIELDS}]
+    if head < n_states:
+        parts.append({name: saved[name][: n_states - head] for name in TransitionStorage.STATE_FIELDS})
+    return parts
+
+
+def saved_experience(state_dict: dict[str, Any]) -> Experience:
+    """A checked saved storage (`check_saved_storage`) as one Experience, its states in their logical order (a copy
+    of them when they were saved as a wrapped ring)."""
+    saved = {name: t.numpy() for name, t in state_dict["content"].items()}
+    n_states = len(saved["frames"])
+    parts = _rotated_parts(saved, int(state_dict.get("state_offset", 0)), n_states)
+    if len(parts) > 1:
+        saved.update({name: np.concatenate([part[name] for part in parts]) for name in TransitionStorage.STATE_FIELDS})
+    return Experience(**saved)
 
 
 class InvalidBufferFile(ValueError):
@@ -363,6 +420,9 @@ def check_saved_storage(state_dict, n_actions: int | None = None) -> None:
         if tensor.dtype != dtype:
             bad(f"`{name}` has dtype {tensor.dtype}, expected {dtype}")
     s, t = len(content["frames"]), len(content["action"])
+    offset = state_dict.get("state_offset", 0)
+    if not _int(offset) or not (0 <= offset < max(s, 1)):
+        bad(f"`state_offset` {offset!r} is not a slot of the {s} stored states")
     shapes = {
         "frames": (s, *frame_shape),
         "state_float": (s, float_dim),
@@ -450,3 +510,6 @@ class TransitionWriter(Writer):
 
     def loads(self, path):
         self.load_state_dict(safe_torch_load(Path(path).with_suffix(".pt")))
+
+
+_NUMPY_DTYPES = {name: torch.empty(0, dtype=dtype).numpy().dtype for name, dtype in _CONTENT_DTYPES.items()}
