@@ -263,7 +263,7 @@ def test_save_and_load_round_trip(cfg, layout, tmp_path):
 def test_a_saved_buffer_shares_the_rings_frames_and_loads_back_in_order(cfg, layout, tmp_path):
     # a full replay is most of the machine's memory: saving must not copy its frames (a checkpoint would double it)
     buffer = make_buffer(cfg, layout, 300, rng=np.random.default_rng(0))
-    ring = buffer.storage.states["frames"]
+    ring = buffer.storage.frames
     ring_bytes = range(ring.data_ptr(), ring.data_ptr() + ring.numel())
     buffer.extend(experience(cfg, layout, 101))
     saved = buffer.storage.state_dict()
@@ -306,7 +306,7 @@ def _corrupt(state, how):
     elif how == "state index past the states":
         content["next_state_index"][-1] = len(content["frames"])
     elif how == "state offset outside the states":
-        storage["state_offset"] = len(content["frames"])
+        storage["state_offset"] = len(content["state_float"])
     elif how == "float frames":
         content["frames"] = content["frames"].float()
     elif how == "frames of another shape":
@@ -333,7 +333,7 @@ def _corrupt(state, how):
         ("NaN reward", "`rewards` holds NaN"),
         ("infinite gamma", "`gammas` holds NaN or infinite"),
         ("state index past the states", "state indices point outside"),
-        ("state offset outside the states", "`state_offset` 101 is not a slot of the 101 stored states"),
+        ("state offset outside the states", "`state_offset` 101 is not a slot of the 101 stored rows"),
         ("float frames", "`frames` has dtype torch.float32, expected torch.uint8"),
         ("frames of another shape", "`frames` has shape"),
         ("rewards missing", "`rewards` is missing"),

@@ -47,7 +47,8 @@ from trackmania_rl.replay.storage import (
 )
 from trackmania_rl.serialization import atomic_torch_save, safe_torch_load, torch_load_failure
 
-BUFFER_FILE_FORMAT = "trackmania_rl.transition_replay_buffer/1"
+BUFFER_FILE_FORMAT = "trackmania_rl.transition_replay_buffer/2"  # /2: each frame stored once (storage.py)
+READABLE_BUFFER_FORMATS = ("trackmania_rl.transition_replay_buffer/1", BUFFER_FILE_FORMAT)
 
 
 class TransitionReplayBuffer(ReplayBuffer):
@@ -153,7 +154,7 @@ def check_saved_buffer(state_dict, n_actions: int | None = None) -> None:
     """Check a saved buffer (as read from its file) before loading it: the format tag, the storage
     (storage.py `check_saved_storage`: dtypes, shapes, value ranges, actions in [0, n_actions)) and the
     priorities (one finite value >= 0 per transition). InvalidBufferFile says what is wrong."""
-    if not isinstance(state_dict, dict) or state_dict.get("format") != BUFFER_FILE_FORMAT:
+    if not isinstance(state_dict, dict) or state_dict.get("format") not in READABLE_BUFFER_FORMATS:
         found = state_dict.get("format") if isinstance(state_dict, dict) else type(state_dict).__name__
         raise InvalidBufferFile(f"not a saved transition replay buffer (format {found!r}, expected {BUFFER_FILE_FORMAT!r})")
     check_saved_storage(state_dict.get("storage"), n_actions)
@@ -219,7 +220,7 @@ def append_saved_buffer(buffer: TransitionReplayBuffer, state_dict: dict[str, An
             f"saved buffer holds frames {tuple(saved['frame_shape'])}, {saved['float_dim']} floats and n_steps={saved['n_steps']}; "
             f"this buffer expects {storage.frame_shape}, {storage.float_dim} and n_steps={storage.n_steps}"
         )
-    buffer.extend(saved_experience(saved))
+    buffer.extend(saved_experience(saved, newest=buffer.capacity))  # older ones would be evicted at once
 
 
 def make_buffer(
@@ -235,7 +236,9 @@ def make_buffer(
 ) -> TransitionReplayBuffer:
     """One buffer. `prioritized` defaults to cfg.prio_alpha > 0; `rng` drives sampling and mini-race clocks."""
     rng = rng if rng is not None else np.random.default_rng()
-    storage = TransitionStorage(capacity, frame_shape(cfg), layout.dim, cfg.n_steps, state_slack=state_slack)
+    storage = TransitionStorage(
+        capacity, frame_shape(cfg), layout.dim, cfg.n_steps, state_slack=state_slack, frames_per_state=int(cfg.frame_stack)
+    )
     if prioritized is None:
         prioritized = cfg.prio_alpha > 0
     sampler_rng, transform_rng = rng.spawn(2)
