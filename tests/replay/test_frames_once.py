@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.helpers import make_rollout, markers
+from tests.replay.test_buffers import stored_markers
 from trackmania_rl.replay.buffers import (
     BUFFER_FILE_FORMAT,
     append_saved_buffer,
@@ -71,7 +72,7 @@ def test_states_after_a_gap_store_their_whole_stack_and_the_frame_ring_evicts_co
         check_stacks(buffer, layout)
     storage = buffer.storage
     assert storage.frames_written > storage.frame_capacity  # wrapped: transitions were evicted for their frames
-    stored = markers(layout, storage.to_experience().state_float[storage.to_experience().state_index])
+    stored = stored_markers(buffer, layout)
     assert 0 < len(stored) < 60
     np.testing.assert_array_equal(stored, np.arange(0, 390, 5)[-len(stored) :])
 
@@ -98,11 +99,11 @@ def test_save_load_and_merge_rebuild_the_stacks_and_an_older_file_still_loads(cf
     assert saved["storage"]["content"]["frames"].data_ptr() == buffer.storage.frames.data_ptr()  # not copied
     path = tmp_path / "buffer.pt"
     save_buffer(buffer, path)
-    want = markers(layout, buffer.storage.to_experience().state_float[buffer.storage.to_experience().state_index])
+    want = stored_markers(buffer, layout)
     for capacity in (300, 120):  # straight into the rings; the newest that fit a smaller buffer
         other = make_buffer(cfg4, layout, capacity, rng=np.random.default_rng(1))
         load_buffer(other, path)
-        got = markers(layout, other.storage.to_experience().state_float[other.storage.to_experience().state_index])
+        got = stored_markers(other, layout)
         assert got.tolist() == want[-capacity:].tolist()
         check_stacks(other, layout)
     merged = make_buffer(cfg4, layout, 600, rng=np.random.default_rng(1))
