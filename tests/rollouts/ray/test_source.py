@@ -91,6 +91,9 @@ def test_races_arrive_as_valid_envelopes_paced_and_bounded(ray_head, short_races
         while not all((stats := all_stats())[k]["waiting_for_sender"] for k in (0, 1)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert all(s["waiting_for_sender"] and s["in_flight"] == MAX_RACES_IN_FLIGHT for s in stats), stats
+        # never paused so far: each actor asked the store for the status once, at its start; publish 2 reached it with
+        # a handoff
+        assert all(s["store_polls"] == 1 for s in stats), stats
         for _ in range(5):
             later = all_stats()
             assert [s["races_played"] for s in later] == [s["races_played"] for s in stats], (stats, later)
@@ -139,6 +142,7 @@ def test_races_arrive_as_valid_envelopes_paced_and_bounded(ray_head, short_races
             assert time.monotonic() < deadline, ("the parked games stopped checking the pause", stats, later)
         # every race taken is acknowledged (the next handoff carried the count): no actor holds a slot for it
         assert all(s["in_flight"] == 0 for s in later), later
+        assert all(s["store_polls"] > 1 for s in later), later  # a parked game asks the store to see the pause lifted
         assert source.health().paused
         source.resume()
         _next_race(source, 30)
@@ -191,3 +195,24 @@ def test_the_probe_of_an_address_gives_up_once_its_wait_has_passed_by_its_clock(
         check_answers(address, wait_s=3.0, clock=clock, sleep=sleeps.append)
     # its start, then one reading per try: a try every 0.5 s of its clock until 3 s have passed, and no real sleep
     assert clock.readings == 3.0 / 0.5 + 1 and len(sleeps) == clock.readings - 2, (clock.readings, sleeps)
+
+
+def test_an_answer_comes_back_inside_the_reply_and_the_drivers_weights_stay_in_the_object_store(ray_head):
+    import numpy as np
+
+    from trackmania_rl.rollouts.ray.cluster import INLINE_RETURN_BYTES
+
+    # the nodes we start return a task's value up to INLINE_RETURN_BYTES inside the reply (an actor's handoff of its
+    # races): no object-store copy on any node; what the driver puts (the published weights) is still in the store,
+    # where every actor of a node reads one copy
+    @ray.remote(num_cpus=0)
+    def answer(nbytes: int):
+        return np.ones(nbytes, np.uint8)
+
+    returned = answer.remote(4 << 20)
+    assert int(ray.get(returned).sum()) == 4 << 20
+    put = ray.put(np.ones(4 << 20, np.uint8))
+    locations = ray.experimental.get_object_locations([returned, put])
+    assert locations[returned]["node_ids"] == [], locations
+    assert len(locations[put]["node_ids"]) == 1, locations
+    assert 4 << 20 < INLINE_RETURN_BYTES

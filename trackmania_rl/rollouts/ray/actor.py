@@ -3,19 +3,23 @@
 One actor plays one game: more games are more actors, each with one CPU (K games in one actor, as threads or as
 processes deciding in one batched inference, measured slower than K actors: docs/cluster.md). The game is a
 `RacePlayer` (rollouts/race.py), as in a local collector process; its weights come from the policy store
-(`StoreWeights`: the store's version is polled by a background thread, the weights object is `ray.get` only when
-newer, and read as views of the node's one copy). A finished race goes to the sender thread, which packs its
+(`StoreWeights`: the weights object is `ray.get` only when the version the learner last gave is newer than ours,
+and read as views of the node's one copy). A finished race goes to the sender thread, which packs its
 per-step lists into contiguous numpy arrays (rollouts/packed_race.py) and leaves it in the outbox. At most
 `MAX_RACES_IN_FLIGHT` races are sent and not yet acknowledged by the learner; when the slots are full the sender
 waits, and the game waits for the sender: nothing grows without bound (backpressure). While the store says paused,
 the game starts no new race.
 
 The learner asks for finished races with `handoff` (which waits a little for one), whose answer holds the races
-themselves: Ray puts that answer in the node's object store as an object of the learner's, so one `ray.get` takes
-the races (no ref of ours to wait on and get one by one), and they outlive this actor. Each handoff also acknowledges
+themselves: an object of the learner's, so one `ray.get` takes the races (no ref of ours to wait on and get one by
+one), and they outlive this actor. On the nodes this project starts the answer comes back inside the reply
+(cluster.INLINE_RETURN_BYTES), not through the node's object store. Each handoff also acknowledges
 the races the learner took since its previous one (no call of its own per race: each call costs the learner and
-this actor's interpreter ~0.3 ms). Every (re)start of the actor is a new `incarnation`: a restarted actor starts
-from the values it was created with, pulls the weights and the config again, and its predecessor's outbox is gone.
+this actor's interpreter ~0.3 ms), and the learner's status: the weights version, the pause flag, its frame count
+and the config version. So a playing actor makes no call of its own (it polled the store 4 times a second, ~1.5 ms
+of its CPU each); only a parked game asks the store, to see the pause lifted without waiting for a handoff. Every
+(re)start of the actor is a new `incarnation`: a restarted actor starts from the values it was created with, pulls
+the weights and the config again, and its predecessor's outbox is gone.
 """
 
 from __future__ import annotations
@@ -41,8 +45,8 @@ from trackmania_rl.rollouts.race import RacePlayer, producer_seed
 
 SOURCE_NAME = "ray"  # meta["source"] of every race an actor plays
 MAX_RACES_IN_FLIGHT = 2  # per actor: sent (in the outbox or handed off) and not yet taken by the learner
-# how often an actor asks the policy store for the version, the pause flag and progress: each poll costs the actor
-# ~1.5 ms of CPU (measured: its threads besides the game's took 5.0 % of a core at 10 polls/s, 3.5 % at 1/s)
+# how often a parked game (paused by the learner) asks the policy store for its status; a playing actor gets it with
+# each handoff instead (a poll costs the actor ~1.5 ms of CPU)
 STATUS_POLL_S = 0.25
 PAUSED_SLEEP_S = 0.05
 STORE_CALL_TIMEOUT_S = 10.0
@@ -66,14 +70,15 @@ class _ArraysAsNetwork:
 class StoreWeights:
     """`fetch_into(copy_weights, known_version)` (the RacePlayer's weights protocol) over the policy store.
 
-    The version is the one last polled by the actor's status thread: no call is made unless it moved. The
+    The version is the one the learner last gave (a handoff's status, a parked game's poll): no call is made unless
+    it moved. The
     arrays of the newest version are kept while the actor runs (views of the node's copy, no bytes of their
     own)."""
 
     def __init__(self, store, timings):
         self.store = store
         self.timings = timings
-        self.known_version = 0  # the store's, as last polled
+        self.known_version = 0  # the learner's, as last heard
         self._lock = threading.Lock()
         self._version = 0
         self._arrays: dict | None = None
@@ -177,6 +182,7 @@ class CollectorActor:
         self.parked = 0  # read-only, for stats(): the game's pause checks in a row that started no race (0: playing)
         self.waiting_for_sender = False  # read-only, for stats(): a finished race waits for room in the send queue
         self.errors: list[str] = []
+        self.store_polls = 0  # read-only, for stats(): status calls this actor made to the store
         self._poll_once()  # the weights version, the pause flag and the config before the first race
         seed = producer_seed(self.cfg.seed, ACTOR_SEED_BASE + index)  # --seed makes runs independent
         random.seed(seed)
@@ -184,7 +190,7 @@ class CollectorActor:
         torch.manual_seed(seed)
         self.player = RacePlayer(self.cfg, game_backend, self.weights, first_producer + index, producers, SOURCE_NAME, self._log)
         self.player.policy = _TimedPolicy(self.player.policy, self.timings)
-        self.threads = [threading.Thread(target=target, daemon=True) for target in (self._poll_store, self._send, self._play)]
+        self.threads = [threading.Thread(target=target, daemon=True) for target in (self._send, self._play)]
         for thread in self.threads:
             thread.start()
 
@@ -192,30 +198,39 @@ class CollectorActor:
         print(f"[ray actor {self.index}] {message}", flush=True)
 
     # ------------------------------------------------------------------------------ threads
-    def _poll_store(self) -> None:
-        while not self.stopping.wait(STATUS_POLL_S):
-            self._poll_once()
-
     def _poll_once(self) -> None:
+        self.store_polls += 1
         try:
-            version, paused, frames_played, config_version = ray.get(self.store.status.remote(), timeout=STORE_CALL_TIMEOUT_S)
-            self.weights.known_version = version
-            self.paused, self.frames_played = paused, frames_played
-            if config_version != self.config_version:
+            self._follow(ray.get(self.store.status.remote(), timeout=STORE_CALL_TIMEOUT_S))
+        except Exception as e:  # the store restarting: keep playing with what we have
+            self._note_error(f"policy store: {type(e).__name__}: {e}")
+
+    def _follow(self, status) -> None:
+        """Take the learner's status (weights version, paused, frames played, config version), from a handoff or the
+        store; a newer config is asked of the store."""
+        version, paused, frames_played, config_version = status
+        self.weights.known_version = int(version)
+        self.paused, self.frames_played = bool(paused), int(frames_played)
+        if config_version != self.config_version:
+            try:
                 config_version, values = ray.get(self.store.config.remote(), timeout=STORE_CALL_TIMEOUT_S)
                 self.cfg = config_from_values(values, self.game_backend)
                 self.config_version = config_version
-        except Exception as e:  # the store restarting, a config that does not load: keep playing with what we have
-            self._note_error(f"policy store: {type(e).__name__}: {e}")
+            except Exception as e:  # the store restarting, a config that does not load: keep playing with what we have
+                self._note_error(f"policy store: {type(e).__name__}: {e}")
 
     def _play(self) -> None:
         use_acting_torch_settings()  # torch's thread count is per thread too: this one acts, on one
         player = self.player
+        polled_at = 0.0
         try:
             while not self.stopping.is_set():
-                if self.paused:  # paced by the learner: alive, but no new race
+                if self.paused:  # paced by the learner: alive, but no new race; the idle game asks the store itself
                     self.parked += 1
                     time.sleep(PAUSED_SLEEP_S)
+                    if time.monotonic() - polled_at >= STATUS_POLL_S:
+                        polled_at = time.monotonic()
+                        self._poll_once()
                     continue
                 self.parked = 0
                 if player.cfg is not self.cfg:
@@ -274,10 +289,12 @@ class CollectorActor:
             self._log(message)
 
     # ------------------------------------------------------------------------------ called by the learner
-    def handoff(self, wait_s: float = HANDOFF_WAIT_S, taken: int = 0, incarnation: str | None = None) -> dict:
+    def handoff(self, wait_s: float = HANDOFF_WAIT_S, taken: int = 0, incarnation: str | None = None, status=None) -> dict:
         """The races sent since the last handoff (packed envelopes; possibly none after `wait_s`), and who we are.
         `taken`: the races of `incarnation` the learner has taken so far, whose slots are free if that is us (a count
-        meant for our predecessor says nothing about our races)."""
+        meant for our predecessor says nothing about our races). `status`: the learner's (see `_follow`), or None."""
+        if status is not None:
+            self._follow(status)
         with self.slots:
             if incarnation == self.incarnation:
                 self.acknowledged = max(self.acknowledged, int(taken))
@@ -305,6 +322,7 @@ class CollectorActor:
             # takes a race (backpressure), and its races_played cannot change meanwhile
             "waiting_for_sender": self.waiting_for_sender,
             "policy_version": self.weights.version,
+            "store_polls": self.store_polls,
             "errors": list(self.errors),
             "timings": self.timings.take(),
         }

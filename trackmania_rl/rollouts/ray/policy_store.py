@@ -7,7 +7,9 @@
 - the pause flag (pacing), the learner's frame count (exploration schedules) and the run's config values
   with their own version (a live config edit reaches actors on nodes without the run folder).
 
-Actors poll `status()` a few times per second from a background thread: one tiny call, no weights moved.
+The learner's status (`status()`: version, pause flag, frame count, config version) reaches a playing actor with
+each handoff (rollouts/ray/source.py); an actor asks the store for it only at its start and while its game is
+parked by a pause: one tiny call, no weights moved.
 
 The store is a named actor and collector actors are given its name, not its handle: a handle among an actor's
 constructor arguments is kept in the object store, and Ray then warns at every start that a restart could fail if

@@ -12,13 +12,15 @@ intake thread never makes a Ray call for a race (each costs it ~1 ms on 2 busy c
   calls, takes the races of a ready answer with one `ray.get` and queues them. `get` (the learner's intake) waits on
   that queue within its timeout, turns a race back into the contract's envelope and counts it taken. Once an
   actor's races are all taken, the receiver asks its next handoff, carrying the count taken (the actor's slots are
-  free again: at most 2 in flight per actor). Per race that is one get and one call on the receiver, and its waits
+  free again: at most 2 in flight per actor) and the learner's status (weights version, pause flag, frame count, config
+  version: what a playing actor would otherwise poll the store for). Per race that is one get and one call on the
+  receiver, and its waits
   (one per answer, more while it looks again for a take it waits on). An answer lost with its node (read after its
   node left) is counted as a lost race;
 - `publish` converts the weights to numpy once and puts them once; the policy store hands the ref to the
   actors, which pull it only when newer;
 - `pause`/`resume` set the store's flag, `learner_progress` its frame count and, after a live edit, the
-  config values the actors play with.
+  config values the actors play with; the next handoffs carry the same (a parked game asks the store).
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ class RaySource(RolloutSource):
         self._all_taken = threading.Event()  # set by a take that leaves an actor holding none: the receiver asks again
         self.version = 0
         self.paused = False
+        self.frames_played = 0
+        self.config_version = 1  # the store's count of config values sent (it starts with the run's own)
         self._progress_sent_at = 0.0
         self._health_at = 0.0
         self._health: SourceHealth | None = None
@@ -196,7 +200,8 @@ class RaySource(RolloutSource):
                 retry_in = min(retry_in, slot.retry_at - now)
             else:
                 start = time.perf_counter()
-                slot.handoff = slot.handle.handoff.remote(HANDOFF_WAIT_S, taken, incarnation)
+                status = (self.version, self.paused, self.frames_played, self.config_version)
+                slot.handoff = slot.handle.handoff.remote(HANDOFF_WAIT_S, taken, incarnation, status)
                 self._last_ask_ms = 1000 * (time.perf_counter() - start)
         return waits_for_take, max(retry_in, 0.0)
 
@@ -287,12 +292,14 @@ class RaySource(RolloutSource):
 
     def learner_progress(self, frames_played: int, batches_done: int) -> None:
         now = time.perf_counter()
+        self.frames_played = int(frames_played)  # the next handoffs carry it
         if now - self._progress_sent_at >= PROGRESS_PERIOD_S:
             self._progress_sent_at = now
             self.store.set_frames_played.remote(int(frames_played))
         if self.live.current is not self._cfg:  # a live edit: the actors play with the new values
             self._cfg = self.live.current
             self.store.set_config.remote(config_to_values(self._cfg))
+            self.config_version += 1
 
     # ------------------------------------------------------------------------------------------ health
     def health(self) -> SourceHealth:
