@@ -71,9 +71,8 @@ class StoreWeights:
     """`fetch_into(copy_weights, known_version)` (the RacePlayer's weights protocol) over the policy store.
 
     The version is the one the learner last gave (a handoff's status, a parked game's poll): no call is made unless
-    it moved. The
-    arrays of the newest version are kept while the actor runs (views of the node's copy, no bytes of their
-    own)."""
+    it moved. The arrays of the newest version are kept while the actor runs (views of the node's copy, no bytes of
+    their own)."""
 
     def __init__(self, store, timings):
         self.store = store

@@ -14,9 +14,8 @@ intake thread never makes a Ray call for a race (each costs it ~1 ms on 2 busy c
   actor's races are all taken, the receiver asks its next handoff, carrying the count taken (the actor's slots are
   free again: at most 2 in flight per actor) and the learner's status (weights version, pause flag, frame count, config
   version: what a playing actor would otherwise poll the store for). Per race that is one get and one call on the
-  receiver, and its waits
-  (one per answer, more while it looks again for a take it waits on). An answer lost with its node (read after its
-  node left) is counted as a lost race;
+  receiver, and its waits (one per answer, more while it looks again for a take it waits on). An answer lost with
+  its node (read after its node left) is counted as a lost race;
 - `publish` converts the weights to numpy once and puts them once; the policy store hands the ref to the
   actors, which pull it only when newer;
 - `pause`/`resume` set the store's flag, `learner_progress` its frame count and, after a live edit, the
