@@ -22,12 +22,16 @@
 # machine is still held, waits for it and does steps 2-4. E.g. a 10-minute run: `WAIT_S=540 bash scripts/gpu_box.sh
 # OUT 10`, then at once the same command again.
 # A machine without package registries: put the wheels it lacks (torchrl, tensordict, gymnasium, Box2D and their
-# small dependencies) in ./.whl first; they are installed into /tmp/site, beside the machine's own torch.
+# small dependencies) in ./.whl first (`bash scripts/device_wheels.sh` fetches them: docs/gpu-box.md); they are
+# installed into /tmp/site, beside the machine's own torch.
 # SKIP_TESTS=1 skips step 1, STOP_ON_TEST_FAILURE=1 stops there (exit 4) if a test fails; BENCHMARKS names the suites of step 3 ("absorb learner" by default); CONFIG_LINES is
 # appended to the run's config (an arm of a comparison, e.g. CONFIG_LINES='batch_size = 256'; the default run has none);
 # TRAIN_ARGS is added to train.py's command line (e.g. TRAIN_ARGS='--learners 4' for issue 29's runs, with
 # CUDA_VISIBLE_DEVICES= DEVICE=cpu for a CPU-only box; docs/cluster.md).
 # DEVICE=cpu runs the benchmarks on the CPU (a check of this script on a machine without a GPU, not a figure).
+# CONFIG=FILE trains another config file than config_files/config.py, e.g. CONFIG=config_files/enduro.py (issue 50
+# point 5; step 3's suites measure CarRacing's learner whatever the run's config). Step 4 measures CarRacing's tracks
+# only: for a run of another game it is skipped, and its curve is its episodes.jsonl, in run.tar.gz (plot_enduro.py).
 set -uo pipefail
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then  # the comment block above is the help
     sed -n '2,/^[^#]/p' "$0" | sed -e '/^[^#]/d' -e 's/^# \{0,1\}//'
@@ -36,6 +40,11 @@ fi
 out=$(realpath -m "${1:?usage: bash scripts/gpu_box.sh OUT [MINUTES]}")
 minutes=${2:-5}
 device=${DEVICE:-cuda}
+config=$(realpath -m "${CONFIG:-$(dirname "$0")/../config_files/config.py}")  # a relative path is the caller's
+if [ ! -f "$config" ]; then
+    echo "CONFIG=${CONFIG:-}: no such config file ($config)" >&2
+    exit 2
+fi
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -74,8 +83,8 @@ if [ ! -f "$work/started" ]; then
             fi
         }
     fi
-    step "training $minutes minutes"
-    cp config_files/config.py "$work/config.py"
+    step "training $minutes minutes ($config)"
+    cp "$config" "$work/config.py"
     echo "keep_weights_at_minutes = list(range(1, $minutes + 1))" >> "$work/config.py"
     if [ -n "${CONFIG_LINES:-}" ]; then printf '%s\n' "$CONFIG_LINES" >> "$work/config.py"; fi
     setsid nohup bash -c "timeout $((minutes * 60 + 120)) python scripts/train.py --run-name gpu_box --fresh \
@@ -113,7 +122,11 @@ for suite in ${BENCHMARKS-absorb learner}; do
         || echo "$suite benchmark failed: $?" >> "$out/benchmarks.err"
 done
 
-if [ "${SKIP_EVALUATION:-0}" != 1 ]; then
+kept=$(compgen -G "$work/save/gpu_box/at-minute-*/settings.json" | head -n 1 || true)
+game=$([ -n "$kept" ] && python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("game_backend") or "carracing")' "$kept")
+if [ "${SKIP_EVALUATION:-0}" != 1 ] && [ -n "$game" ] && [ "$game" != carracing ]; then
+    step "evaluation skipped: the run's game is $game (its curve: save/gpu_box/episodes.jsonl in run.tar.gz)"
+elif [ "${SKIP_EVALUATION:-0}" != 1 ]; then
     step evaluation
     bash scripts/evaluate_minutes.sh "$work/save/gpu_box" "$(nproc)" 5 > "$work/logs/evaluation.log" 2>&1 || true
     pack

@@ -15,7 +15,7 @@ SHELL_SCRIPTS = sorted(p.name for p in SCRIPTS.glob("*.sh"))
 
 def test_the_scripts_are_all_here():
     assert {"train.py", "evaluate.py", "watch.py", "export.py", "benchmark.py", "play_remote.py", "soak.py"} <= set(PYTHON_SCRIPTS)
-    assert {"gpu_box.sh", "evaluate_minutes.sh"} <= set(SHELL_SCRIPTS)
+    assert {"gpu_box.sh", "evaluate_minutes.sh", "device_wheels.sh"} <= set(SHELL_SCRIPTS)
 
 
 @pytest.mark.parametrize("script", PYTHON_SCRIPTS)
@@ -31,6 +31,17 @@ def test_a_shell_script_answers_help_and_runs_nothing(script, tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"bash scripts/{script}" in result.stdout  # its usage line
     assert list(tmp_path.iterdir()) == []  # it wrote nothing
+
+
+def test_gpu_box_refuses_a_config_file_that_is_not_there(tmp_path):
+    """CONFIG names the run's config file (Enduro's, say): a wrong path stops the script at once, saying which,
+    before it installs, tests or trains anything, and writes nothing."""
+    env = {**os.environ, "CONFIG": str(tmp_path / "enduro_typo.py"), "GPU_BOX_WORK": str(tmp_path / "work")}
+    command = ["bash", str(SCRIPTS / "gpu_box.sh"), str(tmp_path / "out"), "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "enduro_typo.py" in result.stderr and "no such config file" in result.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_test_command_without_the_project_installed_says_to_install_it(tmp_path):
