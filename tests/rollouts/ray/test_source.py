@@ -1,6 +1,7 @@
 """The Ray source on a real single-node cluster with real CarRacing races: the envelope, the policy versions,
 pausing, backpressure, a `get` that never waits beyond its timeout, and the CPU bound on actors."""
 
+import os
 import time
 from itertools import islice
 from types import SimpleNamespace
@@ -216,3 +217,43 @@ def test_an_answer_comes_back_inside_the_reply_and_the_drivers_weights_stay_in_t
     assert locations[returned]["node_ids"] == [], locations
     assert len(locations[put]["node_ids"]) == 1, locations
     assert 4 << 20 < INLINE_RETURN_BYTES
+
+
+def test_a_restarted_policy_store_is_sent_the_learners_state_again(ray_head, short_races_live):
+    """The store's process dies and Ray restarts it with its constructor's state (nothing published, not paused,
+    the run's first config): the source's health check sees the restart and sends the learner's state again, so that
+    an actor starting or parked afterwards follows the run as it is (the live edit included), not its first minute."""
+    logs = []
+    source = RaySource(1, short_races_live, "carracing", logs.append)  # no actor started: the store alone
+    try:
+        source.publish(3, _weights(short_races_live.current, 3))
+        source.pause()
+        path = short_races_live.path
+        path.write_text(path.read_text() + "\ncutoff_rollout_if_race_not_finished_within_duration_ms = 1_400\n")
+        os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # a newer mtime, however coarse the file system's
+        assert short_races_live.reload()
+        source.learner_progress(1234, 10)
+        assert ray.get(source.store.status.remote(), timeout=30) == (3, True, 1234, 2)
+
+        ray.kill(source.store, no_restart=False)  # its process dies; Ray restarts it
+        store_id, entry, deadline = source.store._actor_id.hex(), None, time.monotonic() + 90  # the deadlines bound a hang
+        while not (entry and entry["NumRestarts"] >= 1 and entry["State"] == "ALIVE") and time.monotonic() < deadline:
+            entry = ray._private.state.actors().get(store_id)
+            time.sleep(0.2)
+        assert entry["NumRestarts"] == 1 and entry["State"] == "ALIVE", entry
+        status, deadline = None, time.monotonic() + 90
+        while status != (3, True, 1234, 2) and time.monotonic() < deadline:
+            source.health()  # reads the actor table every HEALTH_PERIOD_S
+            try:
+                status = ray.get(source.store.status.remote(), timeout=10)
+            except ray.exceptions.RayError:  # restarting
+                pass
+            time.sleep(0.2)
+        assert status == (3, True, 1234, 2), (status, logs)
+        version, values = ray.get(source.store.config.remote(), timeout=30)
+        assert version == 2 and values["cutoff_rollout_if_race_not_finished_within_duration_ms"] == 1_400
+        weights_version, [ref] = ray.get(source.store.weights.remote(), timeout=30)
+        assert weights_version == 3 and ref is not None
+        assert sum("policy store restarted" in line for line in logs) == 1, logs
+    finally:
+        source.stop()

@@ -47,9 +47,11 @@ class PolicyStore:
     def set_frames_played(self, frames_played: int) -> None:
         self.frames_played = int(frames_played)
 
-    def set_config(self, config_values: dict) -> None:
+    def set_config(self, config_values: dict, config_version: int) -> None:
+        """The learner's count, not the store's own: a store restarted from its constructor's values (version 1)
+        takes the learner's version back with the values (RaySource resends them)."""
         self.config_values = config_values
-        self.config_version += 1
+        self.config_version = int(config_version)
 
     def status(self) -> tuple[int, bool, int, int]:
         """(weights version, paused, frames played, config version): what an actor polls."""
@@ -65,7 +67,8 @@ class PolicyStore:
 
 def start_policy_store(config_values: dict) -> tuple[object, str]:
     """(the store's actor handle, its name), on the learner's node. No CPU reserved (it only answers small calls);
-    restarted if its process dies (then empty until the next publish, which the learner makes every few batches).
+    restarted if its process dies (its state is then the constructor's until RaySource's next health check sends
+    the learner's again: the weights, the pause flag, the frame count, the config values and their version).
     The name is unique per call and lives in the driver's namespace: the actors of this run find it by name."""
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     name = f"tmrl-policy-store-{uuid.uuid4().hex[:12]}"

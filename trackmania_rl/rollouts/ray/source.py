@@ -123,6 +123,7 @@ class RaySource(RolloutSource):
         self._health_at = 0.0
         self._health: SourceHealth | None = None
         self._restarts_seen = 0
+        self._store_restarts = 0  # the policy store's restarts by Ray, as the last health check read them
         self._window = {"ingest_ms": [], "receive_ms": [], "delivery_s": [], "policy_lag": [], "race_mb": []}
         self._lost_in_window = 0
         self.lost = 0
@@ -297,8 +298,19 @@ class RaySource(RolloutSource):
             self.store.set_frames_played.remote(int(frames_played))
         if self.live.current is not self._cfg:  # a live edit: the actors play with the new values
             self._cfg = self.live.current
-            self.store.set_config.remote(config_to_values(self._cfg))
             self.config_version += 1
+            self.store.set_config.remote(config_to_values(self._cfg), self.config_version)
+
+    def _restore_store(self) -> None:
+        """The policy store restarted (its process died) with its constructor's state: send it the learner's, so that
+        an actor starting or parked meanwhile follows this run, not its first minute (these calls reach the store in
+        the order sent, before any later one of this process)."""
+        self.log("Ray: the policy store restarted; sending it the weights, pause flag, frame count and config again")
+        if self.weights_ref is not None:
+            self.store.publish.remote(self.version, [self.weights_ref])
+        self.store.set_paused.remote(self.paused)
+        self.store.set_frames_played.remote(self.frames_played)
+        self.store.set_config.remote(config_to_values(self._cfg), self.config_version)
 
     # ------------------------------------------------------------------------------------------ health
     def health(self) -> SourceHealth:
@@ -316,6 +328,10 @@ class RaySource(RolloutSource):
         except Exception as e:  # the control store briefly unreachable: report the last known state
             self.log(f"Ray: could not read the actor table ({type(e).__name__}: {e})")
             table = {}
+        store = table.get(self.store._actor_id.hex())
+        if store is not None and int(store.get("NumRestarts", 0)) > self._store_restarts:
+            self._store_restarts = int(store.get("NumRestarts", 0))
+            self._restore_store()
         replaced = []
         for slot in self.slots:
             entry = table.get(slot.handle._actor_id.hex())
