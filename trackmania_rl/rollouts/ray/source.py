@@ -328,8 +328,8 @@ class RaySource(RolloutSource):
         except Exception as e:  # the control store briefly unreachable: report the last known state
             self.log(f"Ray: could not read the actor table ({type(e).__name__}: {e})")
             table = {}
-        store = table.get(self.store._actor_id.hex())
-        if store is not None and int(store.get("NumRestarts", 0)) > self._store_restarts:
+        store = table.get(self.store._actor_id.hex())  # restored once alive again: no call waits on its restart
+        if store is not None and store.get("State") == "ALIVE" and int(store.get("NumRestarts", 0)) > self._store_restarts:
             self._store_restarts = int(store.get("NumRestarts", 0))
             self._restore_store()
         replaced = []
