@@ -44,6 +44,31 @@ def test_gpu_box_refuses_a_config_file_that_is_not_there(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_device_wheels_are_the_versions_the_project_pins():
+    """scripts/device_wheels.sh names its versions itself (the GPU box has no registry to resolve them): each package
+    the project depends on that it carries is at a version pyproject.toml allows (Box2D: the one gymnasium's box2d
+    extra pins), so that a moved pin cannot leave the box training on the old one."""
+    import re
+    import tomllib
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    carried = {canonicalize_name(n): v for n, v in re.findall(r"([A-Za-z0-9_.-]+)==(\d[\w.]*)", (SCRIPTS / "device_wheels.sh").read_text())}
+    assert {"torchrl", "tensordict", "gymnasium", "box2d", "pygame-ce", "ale-py"} <= set(carried), carried
+    project = tomllib.loads((SCRIPTS.parent / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["atari"]]
+    box2d = [Requirement(r) for r in requires("gymnasium") if r.startswith("box2d==")]
+    checked = 0
+    for requirement in wanted + box2d:
+        version = carried.get(canonicalize_name(requirement.name))
+        if version is not None:
+            assert requirement.specifier.contains(version), (requirement, version)
+            checked += 1
+    assert checked == 6
+
+
 def test_the_test_command_without_the_project_installed_says_to_install_it(tmp_path):
     """pytest run by a Python the project is not installed in (its virtual environment not activated, say): one line
     that names that Python and the README's install command, exit 4, not an internal error. The missing install is
