@@ -8,6 +8,7 @@ holds no `ray` command (`path_without_ray`), as from an unactivated venv: the cl
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,21 @@ def path_without_ray() -> str:
     path = os.pathsep.join(folders)
     assert shutil.which("ray", path=path) is None, path
     return path
+
+
+def wait_restarted(actor_id: str, timeout_s: float, check=lambda: None, context=lambda: "") -> dict:
+    """Until the cluster's actor table shows the actor alive again after one restart: its entry. `check()` runs
+    between readings (to fail early: a process it depends on gone); on failure, says what the table shows and
+    `context()`."""
+    deadline = time.monotonic() + timeout_s
+    entry = None
+    while time.monotonic() < deadline:
+        entry = ray._private.state.actors().get(actor_id)
+        if entry and entry["NumRestarts"] >= 1 and entry["State"] == "ALIVE":
+            return entry
+        check()
+        time.sleep(0.5)
+    raise AssertionError(f"Ray did not restart the actor within {timeout_s} s: {entry}\n{context()}")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from tests.rollouts.ray.conftest import wait_restarted  # noqa: E402
 from trackmania_rl.agents.iqn import make_network  # noqa: E402
 from trackmania_rl.config.loader import ConfigError  # noqa: E402
 from trackmania_rl.games import float_layout_for  # noqa: E402
@@ -236,11 +237,7 @@ def test_a_restarted_policy_store_is_sent_the_learners_state_again(ray_head, sho
         assert ray.get(source.store.status.remote(), timeout=30) == (3, True, 1234, 2)
 
         ray.kill(source.store, no_restart=False)  # its process dies; Ray restarts it
-        store_id, entry, deadline = source.store._actor_id.hex(), None, time.monotonic() + 90  # the deadlines bound a hang
-        while not (entry and entry["NumRestarts"] >= 1 and entry["State"] == "ALIVE") and time.monotonic() < deadline:
-            entry = ray._private.state.actors().get(store_id)
-            time.sleep(0.2)
-        assert entry["NumRestarts"] == 1 and entry["State"] == "ALIVE", entry
+        assert wait_restarted(source.store._actor_id.hex(), 90)["NumRestarts"] == 1  # the deadlines bound a hang only
         status, deadline = None, time.monotonic() + 90
         while status != (3, True, 1234, 2) and time.monotonic() < deadline:
             source.health()  # reads the actor table every HEALTH_PERIOD_S

@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")
 
 from tests.faults.helpers import Trainer, train_command  # noqa: E402
 from tests.helpers import write_tiny_config  # noqa: E402
-from tests.rollouts.ray.conftest import path_without_ray  # noqa: E402
+from tests.rollouts.ray.conftest import path_without_ray, wait_restarted  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -55,17 +55,8 @@ def _wait_more_frames(trainer: Trainer, than: int, timeout_s: float) -> int:
     raise AssertionError(f"no checkpoint with more than {than} frames within {timeout_s} s:\n{trainer.log()[-4000:]}")
 
 
-def _wait_restarted(actor_id: str, trainer: Trainer, timeout_s: float) -> None:
-    """Until the cluster's actor table shows the actor alive again after one restart; on failure, say what it shows."""
-    deadline = time.monotonic() + timeout_s
-    entry = None
-    while time.monotonic() < deadline:
-        entry = ray._private.state.actors().get(actor_id)
-        if entry and entry["NumRestarts"] >= 1 and entry["State"] == "ALIVE":
-            return
-        assert trainer.process.poll() is None, trainer.log()[-4000:]
-        time.sleep(0.5)
-    raise AssertionError(f"Ray did not restart the killed actor within {timeout_s} s: {entry}\n{trainer.log()[-4000:]}")
+def _trainer_alive(trainer: Trainer) -> None:
+    assert trainer.process.poll() is None, trainer.log()[-4000:]
 
 
 def test_train_on_ray_survives_a_killed_actor_a_stopped_node_and_a_killed_learner(ray_head, worker_node, tmp_path):
@@ -88,7 +79,8 @@ def test_train_on_ray_survives_a_killed_actor_a_stopped_node_and_a_killed_learne
         assert len(actors) == 2 and on_head and _is_collector_actor_process(on_head[0]["Pid"]), actors
         victim = on_head[0]
         os.kill(victim["Pid"], signal.SIGKILL)
-        _wait_restarted(victim["ActorID"], trainer, 180)  # a new worker process: torch, the game, the JIT, on busy cores
+        # a new worker process: torch, the game, the JIT, on busy cores
+        wait_restarted(victim["ActorID"], 180, check=lambda: _trainer_alive(trainer), context=lambda: trainer.log()[-4000:])
         trainer.wait_for(r"Ray actor \d was restarted \(1 time\(s\)\)", 60)
         frames = _wait_more_frames(trainer, frames, 60)
 
