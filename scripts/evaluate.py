@@ -14,9 +14,16 @@ training ends them as training does: the finish line after one lap ("finished"),
 Prints one JSON object per race as it ends (in the order they end with --workers; kind "race": seed, rules, finished,
 race_time_s (null if not finished), native_score, progress_fraction (furthest progress along the lap), tile_coverage, end_reason,
 n_actions, game_time_s) and a final one (kind "summary": rules, races, finished, finished_fraction,
-mean_native_score, std_native_score, mean_tile_coverage, mean_race_time_s over the finished races (null if
+mean_native_score, std_native_score, median_native_score, worst_native_score, races_below_bar (below the config's
+tail_score_bar, score_bar), mean_tile_coverage, every_tile_fraction, mean_race_time_s over the finished races (null if
 none), mean_progress_fraction, seeds). Races are MapSpec("eval", seed, is_explo=False, fill_buffer=False)
 played on the CPU.
+
+    python scripts/evaluate.py --weights models/carracing_default/weights.torch --seeds test --workers 2
+
+--seeds test (or validation) plays the config's test_seeds (validation_seeds): the sets a figure is measured on, each a
+hundred tracks no run trains on, and prints before the final summary one line per set (kind "set_summary", its
+"set" and "role", the summary's keys). Test sets choose nothing: compare settings and weights on the validation sets.
 
 The settings: --config FILE if given (a Python config, executed because you named it, or a settings.json),
 else the settings.json beside the weights (the values the run trained with, read as data), else
@@ -38,7 +45,12 @@ from trackmania_rl.rollouts.greedy import evaluate_seeds, summarise
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     evaluation.add_policy_arguments(parser)
-    parser.add_argument("--seeds", required=True, help="track seeds: 'A-B' inclusive ranges and comma lists, e.g. 0-9,20,30-31")
+    parser.add_argument(
+        "--seeds",
+        required=True,
+        help="track seeds: 'A-B' inclusive ranges and comma lists, e.g. 0-9,20,30-31; or 'validation' / 'test': the config's "
+        "validation_seeds / test_seeds, each set summed up on its own",
+    )
     parser.add_argument(
         "--workers",
         type=evaluation.cores_count,
@@ -55,13 +67,16 @@ def main(argv=None) -> int:
     # --max-race-seconds finite and > 0); --seeds is counted (at most 100,000) before any range is expanded
     args = parser.parse_args(argv)
     try:
-        seeds = evaluation.parse_seeds(args.seeds)
+        if args.seeds not in evaluation.SEED_SETS:
+            evaluation.parse_seeds(args.seeds)  # a bad list is refused before the policy loads
         policy = evaluation.open_policy_from_args(args)
+        sets = evaluation.seed_sets(args.seeds, policy.cfg)
     except evaluation.EvaluationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     paths = policy.paths
     cfg = policy.cfg
+    seeds = [seed for _, set_seeds in sets for seed in set_seeds]
     game_name = f"{cfg.frame_renderer} frames" if cfg.game_backend == "carracing" else f"{cfg.game_backend} {cfg.gymnasium_env_id}"
     print(f"evaluating {evaluation.describe_source(paths)} on {len(seeds)} seed(s), {args.rules} rules, {game_name}", file=sys.stderr)
 
@@ -82,8 +97,19 @@ def main(argv=None) -> int:
     finally:
         if game is not None:
             game.close()
-    summary = summarise(sorted(records, key=lambda record: record["seed"]))
+    by_seed = sorted(records, key=lambda record: record["seed"])
+    if args.seeds in evaluation.SEED_SETS:
+        for name, set_seeds in sets:
+            members = set(set_seeds)
+            in_set = [record for record in by_seed if record["seed"] in members]
+            if in_set:
+                print(
+                    json.dumps({**summarise(in_set, cfg.tail_score_bar), "kind": "set_summary", "set": name, "role": args.seeds}),
+                    flush=True,
+                )
+    summary = summarise(by_seed, cfg.tail_score_bar)
     summary.update(
+        sets=[name for name, _ in sets],
         weights=str(paths.weights),
         config=str(paths.config),
         frame_renderer=cfg.frame_renderer,

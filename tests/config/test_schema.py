@@ -37,7 +37,15 @@ def test_docs_mark_exactly_the_restart_only_settings():
 def test_a_config_written_before_a_setting_existed_gets_its_value(tmp_path):
     current = read_python_file(CONFIG_DIR / "config.py")
     # config.py and the schema agree, except where the new default changes behaviour: an older file keeps its own
-    changed = {"reward_per_new_road_tile": 0.1, "missed_road_tile_penalty": 2.0, "held_out_rules": "native", "frame_renderer": "fast"}
+    changed = {
+        "reward_per_new_road_tile": 0.1,
+        "missed_road_tile_penalty": 2.0,
+        "held_out_rules": "native",
+        "frame_renderer": "fast",
+        "held_out_seeds": range(100, 200),
+        "best_tail_penalty": 10.0,
+        "held_out_keep_weights": True,
+    }
     assert {name: current[name] for name in ADDED_LATER} == {**ADDED_LATER, **changed}
     older = tmp_path / "older.py"
     lines = (CONFIG_DIR / "config.py").read_text().splitlines()

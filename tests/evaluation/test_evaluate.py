@@ -167,6 +167,11 @@ def test_summary_of_finished_and_unfinished_races():
     assert summary["mean_race_time_s"] == pytest.approx(35.0)  # finished races only
     assert summary["mean_progress_fraction"] == pytest.approx(0.575)
     assert greedy.summarise(records[1::2])["mean_race_time_s"] is None
+    # the tail: the median, the worst race and, given a bar, the races below it (800 itself is not below)
+    assert summary["median_native_score"] == pytest.approx(450.0) and summary["worst_native_score"] == -50.0
+    assert summary["races_below_bar"] is None and summary["score_bar"] is None
+    assert greedy.summarise(records, bar=800.0)["races_below_bar"] == 2
+    assert greedy.summarise(records, bar=900.5)["races_below_bar"] == 4
     # the rules the races were played by are the summary's; races of different rules are not summed up together
     assert greedy.summarise([{**r, "rules": "native"} for r in records])["rules"] == "native"
     with pytest.raises(ValueError, match="different rules"):
@@ -208,6 +213,43 @@ def test_evaluate_prints_one_line_per_race_and_a_consistent_summary(evaluated, w
     assert Path(summary["config"]) == weights.parent / SETTINGS
     assert summary["max_race_seconds"] == 2.5
     assert SETTINGS in result.stderr
+
+
+def test_seeds_test_plays_each_of_the_configs_test_sets_and_sums_each_up(weights, tiny_cfg, tmp_path):
+    """--seeds test: the config's test sets, one set_summary each (its own races), then the summary of all; --seeds
+    validation the validation sets."""
+    sets = dict(test_seeds=[range(600_000, 600_002), [700_005]], validation_seeds=[[500_003]], tail_score_bar=-1e9)
+    config = tmp_path / "settings.json"
+    config.write_text(settings_json(tiny_cfg.replace(**sets)))
+    result = run_script(EVALUATE, "--weights", weights, "--config", config, "--seeds", "test", "--rules", "training", "--workers", 2)
+    assert result.returncode == 0, result.stderr
+    objects = json_lines(result.stdout)
+    races = {o["seed"]: o for o in objects if o["kind"] == "race"}
+    set_summaries = [o for o in objects if o["kind"] == "set_summary"]
+    assert sorted(races) == [600_000, 600_001, 700_005]
+    assert [(o["set"], o["role"], o["seeds"]) for o in set_summaries] == [
+        ("600000-600001", "test", [600_000, 600_001]),
+        ("700005", "test", [700_005]),
+    ]
+    first = set_summaries[0]
+    assert first["mean_native_score"] == pytest.approx(np.mean([races[s]["native_score"] for s in (600_000, 600_001)]))
+    assert first["worst_native_score"] == min(races[s]["native_score"] for s in (600_000, 600_001))
+    assert first["races_below_bar"] == 0 and first["score_bar"] == -1e9  # every race is above a bar that low
+    summary = objects[-1]
+    assert summary["kind"] == "summary" and summary["races"] == 3 and summary["sets"] == ["600000-600001", "700005"]
+    validation = run_script(EVALUATE, "--weights", weights, "--config", config, "--seeds", "validation", "--rules", "training")
+    assert [o["seed"] for o in json_lines(validation.stdout) if o["kind"] == "race"] == [500_003]
+
+
+def test_the_validation_and_test_sets_of_a_config_name_their_seeds(tiny_cfg):
+    assert evaluation.seed_sets("test", tiny_cfg) == [
+        ("600000-600099", list(range(600_000, 600_100))),
+        ("700000-700099", list(range(700_000, 700_100))),
+        ("800000-800099", list(range(800_000, 800_100))),
+    ]
+    assert [name for name, _ in evaluation.seed_sets("validation", tiny_cfg)] == ["500000-500099", "200000-200099"]
+    assert evaluation.seed_sets("3,5-6", tiny_cfg) == [("3,5-6", [3, 5, 6])]
+    assert evaluation.set_name([4, 9, 10]) == "4,9,10"
 
 
 def test_greedy_evaluation_is_deterministic(evaluated, run_dir):

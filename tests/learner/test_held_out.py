@@ -17,7 +17,7 @@ from trackmania_rl.config.values import read_settings
 from trackmania_rl.evaluation.evaluate import resolve_checkpoint
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.learner.checkpoint import BEST, BEST_JSON, SETTINGS, WEIGHTS_ONLINE
-from trackmania_rl.learner.held_out import HELD_OUT_LOG, HeldOutEvaluation
+from trackmania_rl.learner.held_out import HELD_OUT_LOG, HELD_OUT_WEIGHTS, HeldOutEvaluation, _Snapshot
 from trackmania_rl.learner.learner import Learner
 
 # the model shipped from 2026-11-28 until its one-hour run with the missed-tile penalty: its known races below
@@ -55,14 +55,24 @@ def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
         assert 0.0 <= first["mean_tile_coverage"] <= 1.0 and first["std_native_score"] >= 0.0
         best = tmp_path / "run" / BEST
         record = json.loads((best / BEST_JSON).read_text())
-        assert record["score"] == first["mean_native_score"] and record["previous_score"] is None
+        # the default selection: the mean minus 10 points per percent of the races below 800 (these short races all are)
+        below = sum(score < 800.0 for score in first["native_scores"])
+        assert len(first["native_scores"]) == 2 and first["races_below_bar"] == below and first["score_bar"] == 800.0
+        assert first["selection_score"] == pytest.approx(first["mean_native_score"] - 10.0 * 100.0 * below / 2)
+        assert record["score"] == first["selection_score"] and record["previous_score"] is None
+        assert record["mean_native_score"] == first["mean_native_score"] and "per percent of races below 800" in record["metric"]
+        # every evaluation's weights are kept beside best/, with their record
+        kept = sorted((tmp_path / "run" / HELD_OUT_WEIGHTS).iterdir())
+        assert [k.name for k in kept] == [f"minute-{first['minute']:05.1f}"]
+        assert (kept[0] / WEIGHTS_ONLINE).read_bytes() == (best / WEIGHTS_ONLINE).read_bytes()
+        assert json.loads((kept[0] / "held_out.json").read_text())["native_scores"] == first["native_scores"]
         assert record["rules"] == "training" and "training rules" in record["metric"]
         assert read_settings(best / SETTINGS).settings() == learner.cfg.settings()
         assert resolve_checkpoint(run=best).config == best / SETTINGS  # a model folder evaluation can use as it is
         first_weights = (best / WEIGHTS_ONLINE).read_bytes()
 
         # other weights scoring lower do not replace the best; the log gets a line either way
-        learner.stats.held_out_best_score = first["mean_native_score"] + 1_000.0
+        learner.stats.held_out_best_score = first["selection_score"] + 1_000.0
         with torch.no_grad():
             next(learner.online.parameters()).add_(1.0)
         learner.wall_seconds_at_start = 121.0
@@ -74,12 +84,64 @@ def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
         assert lines[1]["minute"] > 2.0 and learner.stats.held_out_evaluations == 2
 
         # a better score replaces it, with the weights that were evaluated
-        learner.stats.held_out_best_score = second["mean_native_score"] - 1.0
+        learner.stats.held_out_best_score = second["selection_score"] - 1.0
         _evaluate(held_out, learner)
         assert (best / WEIGHTS_ONLINE).read_bytes() != first_weights
-        assert json.loads((best / BEST_JSON).read_text())["previous_score"] == second["mean_native_score"] - 1.0
+        assert json.loads((best / BEST_JSON).read_text())["previous_score"] == second["selection_score"] - 1.0
         assert any("best model so far" in m for m in messages)
         assert sum("held-out evaluation at minute" in m for m in messages) == 3
+    finally:
+        held_out.close()
+
+
+def _races(scores) -> list[dict]:
+    """Race records as the evaluation process answers them (rollouts/greedy.py race_record), with these scores."""
+    records = []
+    for i, score in enumerate(scores):
+        finished = score >= 800
+        records.append(
+            {
+                "kind": "race",
+                "seed": 100 + i,
+                "rules": "native",
+                "finished": finished,
+                "race_time_s": 14.0 if finished else None,
+                "native_score": score,
+                "progress_fraction": 1.0,
+                "tile_coverage": 1.0 if finished else 0.5,
+                "every_tile": finished,
+                "lap_time_s": 14.0 if finished else None,
+                "end_reason": "finished" if finished else "time_limit",
+                "n_actions": 200,
+                "game_time_s": 14.0,
+            }
+        )
+    return records
+
+
+@pytest.mark.parametrize("penalty, chosen", [(10.0, "steady"), (0.0, "one crash")])
+def test_best_weighs_the_races_below_the_bar_by_the_tail_penalty(tmp_path, penalty, chosen):
+    """Two evaluations of 10 races: steady weights (every race 925, mean 925) and weights with the higher mean but one
+    race in 10 lost (nine at 1000, one at 300: mean 930). The tail penalty keeps the steady ones (930 - 10 x 10 = 830);
+    the plain mean takes the other."""
+    learner, messages = _learner(tmp_path, HELD_OUT + f"best_tail_penalty = {penalty}\n")
+    held_out = HeldOutEvaluation(tmp_path / "run", "carracing", messages.append)
+    try:
+        evaluations = {"steady": [925.0] * 10, "one crash": [1000.0] * 9 + [300.0]}  # means 925 and 930
+        for minute, (name, scores) in enumerate(evaluations.items(), start=1):
+            with torch.no_grad():
+                next(learner.online.parameters()).add_(1.0)  # other weights each time
+            snapshot = _Snapshot(held_out._copy_of_online(learner), learner.cfg, float(minute), 0, 0, 0)
+            entry = held_out._record(learner, snapshot, _races(scores), 1.0)
+            assert entry["races_below_bar"] == scores.count(300.0)
+            if name == chosen:
+                chosen_weights = torch.load(
+                    tmp_path / "run" / HELD_OUT_WEIGHTS / f"minute-{minute:05.1f}" / WEIGHTS_ONLINE, weights_only=True
+                )
+        best = torch.load(tmp_path / "run" / BEST / WEIGHTS_ONLINE, weights_only=True)
+        assert all(torch.equal(best[k], chosen_weights[k]) for k in best)
+        expected = 925.0 if chosen == "steady" else 930.0
+        assert json.loads((tmp_path / "run" / BEST / BEST_JSON).read_text())["score"] == pytest.approx(expected)
     finally:
         held_out.close()
 
@@ -200,6 +262,29 @@ def test_held_out_tracks_that_the_map_cycle_trains_on_are_refused(tmp_path):
     # a blind map (not stored) may share them
     ok = "held_out_seeds = [5]\nmap_cycle = [('train', range(1_000, 40_000), True, True), ('blind', range(0, 10), False, False)]\n"
     assert load_config(write_config(tmp_path, ok), game_backend="carracing").held_out_seeds == [5]
+
+
+@pytest.mark.parametrize(
+    "settings, refused",
+    [
+        ("test_seeds = [range(600_000, 600_100), [1_234]]\n", r"`test_seeds` holds tracks the map_cycle trains on \(\[1234\]"),
+        ("validation_seeds = [range(40_000, 60_000)]\n", r"`validation_seeds` holds tracks the map_cycle trains on \(\[40000, 40001"),
+        ("validation_seeds = [range(600_050, 600_060)]\n", r"`validation_seeds` and `test_seeds` share tracks \(\[600050"),
+        ("test_seeds = [[150, 600_000]]\n", r"`held_out_seeds` and `test_seeds` share tracks \(\[150\]"),
+        ("validation_seeds = [[199]]\n", r"`held_out_seeds` and `validation_seeds` share tracks \(\[199\]"),
+        ("test_seeds = [range(600_000, 600_100), range(600_099, 600_200)]\n", "two of its sets share tracks"),
+        ("test_seeds = []\n", "`test_seeds` = \\[\\] is invalid"),
+        ("test_seeds = range(600_000, 600_100)\n", "is invalid: expected a list of 1 to 10 sets"),
+    ],
+)
+def test_a_seed_has_one_role_at_most(tmp_path, settings, refused):
+    """Trained, held out (best/), validation (settings) and test (figures, chosen on nothing): a config mixing them is
+    refused, naming the settings and the first shared tracks."""
+    with pytest.raises(ConfigError, match=refused):
+        load_config(write_config(tmp_path, settings), game_backend="carracing")
+    ok = "validation_seeds = [range(300_000, 300_010)]\ntest_seeds = [range(600_000, 600_100), [900_000, 900_007]]\n"
+    cfg = load_config(write_config(tmp_path, ok), game_backend="carracing")
+    assert cfg.test_seeds == [range(600_000, 600_100), [900_000, 900_007]]
 
 
 def test_by_the_native_rules_the_records_and_the_best_say_so_and_a_change_of_rules_restarts_the_best(tmp_path):

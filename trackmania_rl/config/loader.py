@@ -76,6 +76,41 @@ def load_inputs(path: Path | None = None) -> dict:
     return values
 
 
+def _shared_seeds(a, b) -> list[int]:
+    """The seeds both hold (each a range, a list or one seed), smallest first."""
+    a, b = (a if isinstance(a, (range, list, tuple)) else [a]), (b if isinstance(b, (range, list, tuple)) else [b])
+    small, large = (a, b) if len(a) <= len(b) else (b, a)
+    return sorted(s for s in small if s in large)
+
+
+def _check_seed_roles(values: dict, source: str) -> None:
+    """Each seed has one role at most: trained on (the map_cycle's entries that fill the buffer), held out (`best/` is
+    chosen on them), validation (settings are chosen on them) or test (the published figures, chosen on nothing)."""
+    trained = [seeds for _, seeds, _, fill_buffer in values["map_cycle"] if fill_buffer]
+    roles = [
+        ("held_out_seeds", [values["held_out_seeds"]], "model selection must use tracks the learner never stores"),
+        ("validation_seeds", values["validation_seeds"], "settings must be chosen on tracks the learner never stores"),
+        ("test_seeds", values["test_seeds"], "a test figure needs tracks the learner never stores"),
+    ]
+    for name, sets, why in roles:
+        overlap = sorted({s for seeds in sets for other in trained for s in _shared_seeds(seeds, other)})
+        if overlap:
+            raise ConfigError(f"{source}: setting `{name}` holds tracks the map_cycle trains on ({overlap[:5]}...): {why}")
+    for i, (name, sets, _) in enumerate(roles):
+        for other_name, other_sets, _ in roles[i + 1 :]:
+            overlap = sorted({s for seeds in sets for other in other_sets for s in _shared_seeds(seeds, other)})
+            if overlap:
+                raise ConfigError(
+                    f"{source}: settings `{name}` and `{other_name}` share tracks ({overlap[:5]}...): a track that chose "
+                    "weights or settings cannot also measure them"
+                )
+    tests = values["test_seeds"]
+    for i, seeds in enumerate(tests):
+        for other in tests[i + 1 :]:
+            if _shared_seeds(seeds, other):
+                raise ConfigError(f"{source}: setting `test_seeds`: two of its sets share tracks; each set is its own sample")
+
+
 def build_config(values: dict, game_backend: str = "carracing", inputs: dict | None = None, source: str = "config") -> Config:
     """`game_backend`: the game when the values do not name one (their `game_backend` setting wins)."""
     if "game_backend" not in values and game_backend not in MS_PER_PHYSICS_STEP:
@@ -120,15 +155,7 @@ def build_config(values: dict, game_backend: str = "carracing", inputs: dict | N
             f"{source}: setting `n_zone_centers_extrapolate_after_end_of_map` must be >= the look-ahead span "
             f"n_zone_centers_in_inputs x one_every_n_zone_centers_in_inputs = {lookahead}"
         )
-    trained = [seeds for _, seeds, _, fill_buffer in values["map_cycle"] if fill_buffer]
-    overlap = sorted(
-        s for s in values["held_out_seeds"] if any(s in seeds if isinstance(seeds, range) else s == seeds for seeds in trained)
-    )
-    if overlap:
-        raise ConfigError(
-            f"{source}: setting `held_out_seeds` holds tracks the map_cycle trains on ({overlap[:5]}...): "
-            "model selection must use tracks the learner never stores"
-        )
+    _check_seed_roles(values, source)
     if game_backend == GYMNASIUM and values["gymnasium_env_id"] is None:
         raise ConfigError(f"{source}: setting `gymnasium_env_id` must name the env to play when game_backend is {GYMNASIUM!r}")
     inputs_file = dict(inputs if inputs is not None else load_inputs())

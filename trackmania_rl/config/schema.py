@@ -54,12 +54,25 @@ def _optional_text(v):
     return v is None or (isinstance(v, str) and v.strip() != "")
 
 
-HELD_OUT_SEEDS_BELOW = 50_000  # training and model-selection tracks stay below; final test tracks are 500,000 and up
+HELD_OUT_SEEDS_BELOW = 50_000  # the held-out tracks (best/) stay below, as the training ranges; validation and test sets lie above
 
 
 def _held_out_seeds(v):
     seeds = v if isinstance(v, range) else v if isinstance(v, (list, tuple)) else None
     return seeds is not None and 0 < len(seeds) <= 1_000 and all(_non_negative_int(s) and s < HELD_OUT_SEEDS_BELOW for s in seeds)
+
+
+def _seed_sets(v):
+    """validation_seeds, test_seeds: a list of 1 to 10 sets, each a range or list of 1 to 100,000 seeds >= 0."""
+    if not isinstance(v, (list, tuple)) or not 0 < len(v) <= 10:
+        return False
+    for seeds in v:
+        if isinstance(seeds, range):
+            if not (0 < len(seeds) <= 100_000 and seeds.start >= 0 and seeds[-1] >= 0):
+                return False
+        elif not (isinstance(seeds, (list, tuple)) and 0 < len(seeds) <= 100_000 and all(_non_negative_int(s) for s in seeds)):
+            return False
+    return True
 
 
 def _minutes_list(v):
@@ -68,18 +81,21 @@ def _minutes_list(v):
 
 ACTION_FLAGS = ("accelerate", "brake", "left", "right")
 COAST = "coast"  # the action name of no flag pressed
+# SuperTuxKart's controls beyond the four (games/supertuxkart/actions.py); only its backend plays them
+KART_ACTION_FLAGS = ("drift", "nitro", "rescue")
 MAX_FRAME_STACK = 16
 
 
 def parse_action_name(name) -> dict | None:
-    """An action set entry ("coast", or flags joined by "+", e.g. "accelerate+left") as its four flags; None if it is
-    not one."""
+    """An action set entry ("coast", or flags joined by "+", e.g. "accelerate+left") as its four flags, plus the kart
+    flags it names (KART_ACTION_FLAGS, e.g. "accelerate+left+drift": only those named, so that every other action keeps
+    its four keys); None if it is not one."""
     if not isinstance(name, str):
         return None
     flags = [] if name == COAST else name.split("+")
-    if len(set(flags)) != len(flags) or not set(flags) <= set(ACTION_FLAGS):
+    if len(set(flags)) != len(flags) or not set(flags) <= set(ACTION_FLAGS + KART_ACTION_FLAGS):
         return None
-    return {flag: flag in flags for flag in ACTION_FLAGS}
+    return {flag: flag in flags for flag in ACTION_FLAGS} | {flag: True for flag in KART_ACTION_FLAGS if flag in flags}
 
 
 def _action_set(v):
@@ -87,7 +103,7 @@ def _action_set(v):
         return True
     if not isinstance(v, (list, tuple)) or not v or not all(parse_action_name(a) is not None for a in v):
         return False
-    return len({tuple(parse_action_name(a).values()) for a in v}) == len(v)  # no action twice
+    return len({tuple(parse_action_name(a).items()) for a in v}) == len(v)  # no action twice
 
 
 def _optional_int_list(v):
@@ -107,6 +123,10 @@ def _env_kwargs(v):
 
 def _frame_crop(v):
     return v is None or (isinstance(v, (list, tuple)) and len(v) == 4 and all(_non_negative_int(x) for x in v))
+
+
+def _optional_number(v):
+    return v is None or _number(v)
 
 
 def _optional_positive_number(v):
@@ -210,7 +230,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "action_set": (
         _action_set,
         'None (config_files/inputs_list.py) or a list of distinct actions, each "coast" or flags joined by "+" '
-        '(accelerate, brake, left, right), e.g. "accelerate+left"',
+        '(accelerate, brake, left, right; SuperTuxKart also drift, nitro, rescue), e.g. "accelerate+left"',
         True,
     ),
     "n_prev_actions_in_inputs": (_non_negative_int, "an integer >= 0", True),
@@ -307,6 +327,15 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
         False,
     ),
     "keep_weights_at_minutes": (_minutes_list, "a list of increasing positive minutes of training", False),
+    "held_out_keep_weights": (_bool, "True or False (keep the weights of every held-out evaluation)", False),
+    "tail_score_bar": (_optional_number, "None or a number (a race scoring below it counts in the tail figures)", False),
+    "best_tail_penalty": (
+        _non_negative_number,
+        "a number >= 0 (points taken from the held-out mean per percent of races below tail_score_bar; 0: the plain mean)",
+        False,
+    ),
+    "validation_seeds": (_seed_sets, "a list of 1 to 10 sets of seeds (each a range or a list), the validation sets", False),
+    "test_seeds": (_seed_sets, "a list of 1 to 10 sets of seeds (each a range or a list), the test sets", False),
     "max_training_backlog_batches": (_positive_int, "a positive integer (batches owed to the replay ratio)", False),
     # ---- a learner group (--learners N > 1, learner_group/)
     "learners_lr_scaling": (
@@ -403,6 +432,12 @@ ADDED_LATER = {
     "held_out_eval_period_s": 300,
     "held_out_rules": "training",  # the held-out races of every run before it ended by the training rules
     "keep_weights_at_minutes": [30],
+    "held_out_keep_weights": False,
+    "tail_score_bar": 800.0,
+    "best_tail_penalty": 0.0,  # best/ was chosen by the plain held-out mean
+    # the sets named on 2026-12-02 (docs/results.md "Validation and test tracks"): CarRacing's; a game's config sets its own
+    "validation_seeds": [range(500_000, 500_100), range(200_000, 200_100)],
+    "test_seeds": [range(600_000, 600_100), range(700_000, 700_100), range(800_000, 800_100)],
     "ray_address": None,
     "ray_actors": 0,
     # ---- Ray source settings added later
@@ -414,3 +449,49 @@ ADDED_LATER = {
     "http_heartbeat_interval_s": 5.0,
     "http_client_timeout_s": 60.0,
 }
+
+
+# ---- the SuperTuxKart backend (game_backend = "supertuxkart", games/supertuxkart/): its settings, which every other game
+# ignores, with the values a config that does not name them gets (config_files/supertuxkart.py sets them all).
+SUPERTUXKART_DIFFICULTIES = (0, 1, 2, 3)  # RaceConfig.difficulty; it scales every kart, ours too (3: the fastest)
+
+
+def _kart_map_names(v):
+    """A list of distinct SuperTuxKart map names, each a track's folder name or it with ":reverse"."""
+    if not isinstance(v, (list, tuple)) or len(set(v)) != len(v):
+        return False
+    return all(isinstance(n, str) and n.removesuffix(":reverse").isidentifier() for n in v)
+
+
+SUPERTUXKART_SETTINGS = {
+    "supertuxkart_kart": (lambda v: isinstance(v, str) and v.isidentifier(), 'a kart\'s name, e.g. "tux" (pystk2.list_karts())', True),
+    "supertuxkart_difficulty": (
+        lambda v: v in SUPERTUXKART_DIFFICULTIES and not isinstance(v, bool),
+        "0, 1, 2 or 3 (the race's difficulty: it scales every kart, ours too; 3 is the fastest)",
+        True,
+    ),
+    "supertuxkart_laps": (_positive_int, "a positive integer (laps of a race)", True),
+    "supertuxkart_view_m": (_positive_number, "a positive number (metres of road across the frame's width)", True),
+    "supertuxkart_native_time_cap_ms": (
+        _positive_int,
+        "a positive integer (ms of game time after which a race by the native rules ends unfinished)",
+        False,
+    ),
+    "supertuxkart_held_out_tracks": (
+        _kart_map_names,
+        'a list of distinct map names ("track" or "track:reverse"): tracks no map_cycle entry trains on, in either direction',
+        False,
+    ),
+}
+SETTINGS.update(SUPERTUXKART_SETTINGS)
+ADDED_LATER.update(
+    {
+        "supertuxkart_kart": "tux",
+        "supertuxkart_difficulty": 3,
+        "supertuxkart_laps": 1,
+        "supertuxkart_view_m": 80.0,
+        "supertuxkart_native_time_cap_ms": 300_000,
+        "supertuxkart_held_out_tracks": [],
+    }
+)
+RESTART_ONLY = tuple(name for name, (_, _, needs_restart) in SETTINGS.items() if needs_restart)  # again, with these

@@ -155,6 +155,32 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+SEED_SETS = ("validation", "test")  # --seeds validation|test: the config's validation_seeds or test_seeds
+
+
+def set_name(seeds) -> str:
+    """A set of seeds as --seeds would write it: 'A-B' for consecutive seeds, else the comma list."""
+    seeds = list(seeds)
+    if seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
+    return ",".join(map(str, seeds))
+
+
+def seed_sets(text: str, cfg) -> list[tuple[str, list[int]]]:
+    """--seeds as named sets of seeds: "validation" or "test" gives the config's `validation_seeds` or `test_seeds`
+    (one set each, named 'A-B'); anything else is one set, parse_seeds(text), named by it. EvaluationError as
+    parse_seeds, or for sets that share a seed."""
+    if text not in SEED_SETS:
+        return [(text, parse_seeds(text))]
+    sets = [(set_name(seeds), [int(s) for s in seeds]) for seeds in getattr(cfg, f"{text}_seeds")]
+    every = [s for _, seeds in sets for s in seeds]
+    if len(every) > MAX_SEEDS:
+        raise EvaluationError(f"--seeds {text}: its sets hold more than {MAX_SEEDS:,} seeds: evaluate them one at a time")
+    if len(set(every)) != len(every):
+        raise EvaluationError(f"--seeds {text}: two of the config's {text} sets share a seed")
+    return sets
+
+
 @dataclass(frozen=True)
 class CheckpointPaths:
     weights: Path

@@ -9,10 +9,14 @@ carries the minute, frames and batches of the snapshot. The races end by the con
 default (every tile touched, off the playfield, or the 20 s time limit), or "training", the collectors' (the finish
 line, the config's overall and no-progress cut-offs; the only rules before 2026-11-28); every record says which. The
 summary (mean and spread of the native score, finished share, share of races that touched every tile, mean lap
-time, tile coverage) goes to TensorBoard (`held_out_<rules>/...`), to `save/<run>/held_out.jsonl` (one line per
-evaluation, with the minute), and to the run's counters. When the mean beats the best so far, the evaluated weights
-become the best model folder `save/<run>/best/` (weights, the settings they were taken under, best.json): the best
-model is the best by the rules its races were played by. At each minute of `keep_weights_at_minutes` the online
+time, tile coverage, the worst race and how many scored below `tail_score_bar`) goes to TensorBoard
+(`held_out_<rules>/...`), to `save/<run>/held_out.jsonl` (one line per evaluation, with the minute and every race's
+score), and to the run's counters. An evaluation's selection score is its mean minus `best_tail_penalty` points per
+percent of its races below `tail_score_bar` (a mean of 10 tracks was blind to a crash in 1 race of 30); when it beats
+the best so far, the evaluated weights become the best model folder `save/<run>/best/` (weights, the settings they
+were taken under, best.json): the best model is the best by the rules its races were played by. With
+`held_out_keep_weights` every evaluation's weights are kept too, in `save/<run>/held-out/minute-MMM/`, so that
+another choice can be made and checked afterwards (scripts/select_best.py). At each minute of `keep_weights_at_minutes` the online
 weights are kept as the model folder `save/<run>/at-minute-MMM/`. An evaluation still playing when the time limit ends
 the run is waited for (up to FINISH_WAIT_S); a stop by signal drops it.
 """
@@ -38,11 +42,15 @@ from trackmania_rl.rollouts.greedy import summarise
 HELD_OUT_LOG = "held_out.jsonl"
 FINISH_WAIT_S = 120.0  # for the evaluation still playing at the time limit (10 races take 7-20 s)
 START_SLACK_S = 60.0  # an evaluation's allowance beyond its races' game time (process start, a loaded machine)
+HELD_OUT_WEIGHTS = "held-out"  # save/<run>/held-out/minute-MMM/: each evaluation's weights (held_out_keep_weights)
 # an evaluation's figures (rollouts/greedy.py summarise), in its record and in TensorBoard
 SUMMARY_FIGURES = (
     "finished_fraction",
     "mean_native_score",
     "std_native_score",
+    "median_native_score",
+    "worst_native_score",
+    "races_below_bar",
     "every_tile_fraction",
     "mean_lap_time_s",
     "mean_tile_coverage",
@@ -62,6 +70,16 @@ def answer_deadline_s(cfg) -> float:
 
 def minute_folder(minute: float) -> str:
     return f"at-minute-{minute:03g}"  # at-minute-030, at-minute-7.5
+
+
+def selection_score(summary: dict, tail_penalty: float) -> float:
+    """What `best/` is chosen by: the mean native score minus `tail_penalty` points per percent of the races below the
+    bar (the plain mean when the penalty is 0 or no bar was counted)."""
+    mean = summary["mean_native_score"]
+    below = summary.get("races_below_bar")
+    if not tail_penalty or below is None:
+        return mean
+    return mean - tail_penalty * 100.0 * below / summary["races"]
 
 
 @dataclass
@@ -158,7 +176,8 @@ class HeldOutEvaluation:
         self.log(f"held-out evaluation skipped: {why}; training goes on")
 
     def _record(self, learner, snapshot: _Snapshot, records: list, seconds: float) -> dict:
-        summary = summarise(records)
+        summary = summarise(records, snapshot.cfg.tail_score_bar)
+        score = selection_score(summary, snapshot.cfg.best_tail_penalty)
         entry = {
             "minute": round(snapshot.minute, 3),
             "frames_played": snapshot.frames_played,
@@ -168,7 +187,11 @@ class HeldOutEvaluation:
             "rules": summary["rules"],
             "races": summary["races"],
             **{k: summary[k] for k in SUMMARY_FIGURES},
+            "score_bar": summary["score_bar"],
+            "tail_penalty": snapshot.cfg.best_tail_penalty,
+            "selection_score": score,
             "seeds": summary["seeds"],
+            "native_scores": [record["native_score"] for record in records],
         }
         learner.stats.held_out_latest_score = summary["mean_native_score"]
         if learner.stats.held_out_best_score is not None and learner.stats.held_out_best_rules != entry["rules"]:
@@ -180,21 +203,40 @@ class HeldOutEvaluation:
             learner.stats.held_out_best_score = None
         self._append(entry)
         if self.logger is not None:
-            figures = {k: entry[k] for k in (*SUMMARY_FIGURES, "minute", "eval_seconds") if entry[k] is not None}
+            figures = {k: entry[k] for k in (*SUMMARY_FIGURES, "selection_score", "minute", "eval_seconds") if entry[k] is not None}
             self.logger.scalars(f"held_out_{entry['rules']}", figures, snapshot.frames_played)
         best = learner.stats.held_out_best_score  # by the same rules (reset above otherwise)
         laps = "" if summary["mean_lap_time_s"] is None else f", laps {summary['mean_lap_time_s']:.2f} s"
         every_tile = "" if summary["every_tile_fraction"] is None else f", {100 * summary['every_tile_fraction']:.0f} % every tile"
+        tail = f", worst {summary['worst_native_score']:.1f}"
+        if summary["races_below_bar"] is not None:
+            tail += f", {summary['races_below_bar']} below {summary['score_bar']:g} (selection score {score:.1f})"
         self.log(
             f"held-out evaluation at minute {snapshot.minute:.1f}: mean native score {summary['mean_native_score']:.1f} "
             f"± {summary['std_native_score']:.1f} on {summary['races']} held-out maps (seeds) by the {summary['rules']} rules, "
-            f"{100 * summary['finished_fraction']:.0f} % finished{every_tile}{laps} "
+            f"{100 * summary['finished_fraction']:.0f} % finished{every_tile}{laps}{tail} "
             f"({entry['eval_seconds']:.0f} s, {learner.stats.batches_done - snapshot.batches_done} batches trained meanwhile; "
             f"best so far {'-' if best is None else f'{best:.1f}'})"
         )
-        if best is None or summary["mean_native_score"] > best:
+        if snapshot.cfg.held_out_keep_weights:
+            self._keep_evaluated(snapshot, entry)
+        if best is None or score > best:
             self._save_best(learner, snapshot, entry, best)
         return entry
+
+    def _keep_evaluated(self, snapshot: _Snapshot, entry: dict) -> None:
+        """The evaluated weights as save/<run>/held-out/minute-MMM/, with their settings and the evaluation's record."""
+        folder = self.run_dir / HELD_OUT_WEIGHTS / f"minute-{snapshot.minute:05.1f}"  # minute-005.0: in order when listed
+        writers = {
+            WEIGHTS_ONLINE: ckpt.torch_writer(snapshot.network.state_dict()),
+            SETTINGS: ckpt.text_writer(settings_json(snapshot.cfg)),
+            "held_out.json": ckpt.json_writer(entry),
+        }
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            ckpt.replace_folder(folder, writers, f"weights of the held-out evaluation at minute {snapshot.minute:.1f}")
+        except OSError as e:  # a full disk must not stop training
+            self.log(f"could not keep the evaluated weights in {folder} (training goes on): {e}")
 
     def keep_weights(self, learner, minute: float) -> Path | None:
         """The online weights now, as the model folder save/<run>/at-minute-MMM/."""
@@ -234,10 +276,17 @@ class HeldOutEvaluation:
             self.log(f"could not append to {self.run_dir / HELD_OUT_LOG}: {e}")
 
     def _save_best(self, learner, snapshot: _Snapshot, entry: dict, previous: float | None) -> None:
+        penalty = entry["tail_penalty"]
+        tail = ""
+        if penalty and entry["score_bar"] is not None:
+            tail = f" minus {penalty:g} points per percent of races below {entry['score_bar']:g}"
         record = {
-            "score": entry["mean_native_score"],
-            "metric": f"mean native score of greedy races on the held-out maps (seeds) {entry['seeds'][0]}..{entry['seeds'][-1]}, "
+            "score": entry["selection_score"],
+            "metric": f"mean native score{tail} of greedy races on the held-out maps (seeds) {entry['seeds'][0]}..{entry['seeds'][-1]}, "
             f"ended by the {entry['rules']} rules",
+            "mean_native_score": entry["mean_native_score"],
+            "races_below_bar": entry["races_below_bar"],
+            "worst_native_score": entry["worst_native_score"],
             "rules": entry["rules"],
             "previous_score": previous,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -254,8 +303,10 @@ class HeldOutEvaluation:
         except OSError as e:
             self.log(f"best model save failed, the previous best/ is kept: {e}")
             return
-        learner.stats.held_out_best_score = entry["mean_native_score"]
+        learner.stats.held_out_best_score = entry["selection_score"]
         learner.stats.held_out_best_rules = entry["rules"]
-        score = entry["mean_native_score"]
         previous_text = "none" if previous is None else f"{previous:.1f}"
-        self.log(f"best model so far saved to {self.run_dir / BEST}: held-out mean {score:.1f} (previous best {previous_text})")
+        self.log(
+            f"best model so far saved to {self.run_dir / BEST}: held-out selection score {entry['selection_score']:.1f} "
+            f"(mean {entry['mean_native_score']:.1f}; previous best {previous_text})"
+        )

@@ -114,13 +114,15 @@ def evaluate_seeds(game, policy: GreedyPolicy, seeds: Iterable[int], retries: in
         yield record
 
 
-def summarise(records: list[dict]) -> dict:
-    """The summary of race records: the rules they were played by, counts, finished fraction, mean and standard
-    deviation of the native score, mean progress and tile coverage, the fraction of races that touched every tile,
-    the mean race time of the finished races and the mean lap time of the races that completed a lap (None when
+def summarise(records: list[dict], bar: float | None = None) -> dict:
+    """The summary of race records: the rules they were played by, counts, finished fraction, mean, standard
+    deviation, median and worst of the native score, how many races scored below `bar` (the config's
+    `tail_score_bar`; None: not counted), mean progress and tile coverage, the fraction of races that touched every
+    tile, the mean race time of the finished races and the mean lap time of the races that completed a lap (None when
     none did). ValueError for races played by different rules: their scores do not add up."""
     records = list(records)
     n = len(records)
+    scores = [r["native_score"] for r in records]
     rules = {r.get("rules") for r in records}
     if len(rules) > 1:
         raise ValueError(f"races played by different rules ({sorted(map(str, rules))}) cannot be summed up together")
@@ -134,8 +136,12 @@ def summarise(records: list[dict]) -> dict:
         "races": n,
         "finished": len(finished),
         "finished_fraction": len(finished) / n if n else None,
-        "mean_native_score": float(np.mean([r["native_score"] for r in records])) if n else None,
-        "std_native_score": float(np.std([r["native_score"] for r in records])) if n else None,
+        "mean_native_score": float(np.mean(scores)) if n else None,
+        "std_native_score": float(np.std(scores)) if n else None,
+        "median_native_score": float(np.median(scores)) if n else None,
+        "worst_native_score": float(min(scores)) if n else None,
+        "score_bar": bar,
+        "races_below_bar": sum(score < bar for score in scores) if bar is not None else None,
         "mean_tile_coverage": float(np.mean(coverage)) if coverage else None,
         "every_tile_fraction": float(np.mean(every_tile)) if every_tile else None,
         "mean_lap_time_s": float(np.mean(laps)) if laps else None,
