@@ -84,7 +84,9 @@ if [ ! -f "$work/started" ]; then
         }
     fi
     step "training $minutes minutes ($config)"
-    cp "$config" "$work/config.py"
+    # its whole text (config_files/enduro.py names a base: a copy of it would name a file beside it), then the lines below
+    python -c 'import sys; from trackmania_rl.config.whole_copy import whole_config_text as w; sys.stdout.write(w(sys.argv[1]))' \
+        "$config" > "$work/config.py" || { step "config $config: refused"; exit 2; }
     echo "keep_weights_at_minutes = list(range(1, $minutes + 1))" >> "$work/config.py"
     if [ -n "${CONFIG_LINES:-}" ]; then printf '%s\n' "$CONFIG_LINES" >> "$work/config.py"; fi
     setsid nohup bash -c "timeout $((minutes * 60 + 120)) python scripts/train.py --run-name gpu_box --fresh \

@@ -9,9 +9,9 @@
     python scripts/train.py --learners 2 --collectors 4   # 2 data-parallel learners on this machine (docs/cluster.md)
     python scripts/train.py --ray HEAD:6379 --learners 4   # 4 learners, one per node of a Ray cluster
 
-Each run has its own live config, save/<run_name>/config_live.py: copied from --config when the run starts,
-kept as it is when the run resumes. Edit it to tune the running run. One trainer at a time uses a run
-folder (it is locked); a second one is refused.
+Each run has its own live config, save/<run_name>/config_live.py: copied from --config when the run starts
+(written whole, every setting in force, when that file names a `base`), kept as it is when the run resumes.
+Edit it to tune the running run. One trainer at a time uses a run folder (it is locked); a second one is refused.
 Exit status: 0 after a complete final save, 1 when the final save failed, 2 when the arguments, the
 config or the run folder were refused (nothing was changed then).
 Watch it with: tensorboard --logdir tensorboard

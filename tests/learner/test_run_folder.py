@@ -182,6 +182,34 @@ def test_seed_is_written_into_a_new_runs_live_config_and_a_resume_must_match_it(
     assert live_path.read_text() == before and not (run_dir / "checkpoints").exists()
 
 
+def test_a_run_started_from_a_file_with_a_base_gets_a_whole_live_config_kept_on_resume(tmp_path, monkeypatch):
+    import re
+
+    from trackmania_rl.config.live import LiveConfig
+    from trackmania_rl.config.loader import CONFIG_DIR, load_config, load_user_config
+
+    config = tmp_path / "variant.py"
+    config.write_text(f"base = {str(CONFIG_DIR / 'carracing_pixels.py')!r}\nbatch_size = 64  # the variant's\n")
+    messages = []
+    monkeypatch.setattr(train_loop, "log", messages.append)
+    options = train_loop.TrainOptions(run_name="v", save_dir=tmp_path / "save", tensorboard_dir=tmp_path / "tb", config=config)
+    lock, _, _, live_path = train_loop.open_run(options, load_user_config())
+    lock.release()
+    text = live_path.read_text()
+    # every setting in force, no base: the run does not change when a base file is edited
+    assert not re.search(r"^base\s*=", text, re.M) and "batch_size = 64  # the variant's" in text
+    assert "frame_stack = 4  # [restart] pixels:" in text and "# Optimisation" in text
+    live = LiveConfig(live_path, game_backend="carracing")
+    assert vars(live.current) == vars(load_config(config, game_backend="carracing"))
+    assert any("copied from" in m and "written whole over" in m for m in messages), messages
+    # a resumed run keeps its live file as it is, edits included, whatever --config says now
+    live_path.write_text(text.replace("batch_size = 64", "batch_size = 32"))
+    config.write_text("this file is not read on resume (\n")
+    lock, _, _, live_path = train_loop.open_run(options, load_user_config())
+    lock.release()
+    assert live_path.read_text() == text.replace("batch_size = 64", "batch_size = 32")
+
+
 @pytest.mark.parametrize(
     ("setting", "named"),
     [

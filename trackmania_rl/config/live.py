@@ -8,6 +8,9 @@ die again and again. Given `last_good_path`, a LiveConfig keeps there a copy of 
 loaded (written atomically whenever the file loads), and starts from that copy when the file itself is
 refused. A file of text rather than values passed by the learner: it needs nothing from the learner,
 survives any number of restarts, and is what the user can read and diff against their edit.
+
+A live config holds every setting in force: one that names a `base` (loader.py) is refused, as its base's edits
+would change the run unseen.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from trackmania_rl.config.loader import build_config, load_config, read_python_file
+from trackmania_rl.config.loader import build_config, load_config, read_config_file
 from trackmania_rl.config.schema import RESTART_ONLY, SETTINGS, ConfigError
 
 
@@ -44,11 +47,11 @@ class LiveConfig:
         self._mtime = self._read_mtime()
         text = self._read_text()
         try:
-            self.current = load_config(self.path, game_backend=game_backend)
+            self.current = load_config(self.path, game_backend=game_backend, bases=False)
         except ConfigError as e:
             if self.last_good_path is None or not self.last_good_path.is_file():
                 raise
-            self.current = load_config(self.last_good_path, game_backend=game_backend)  # raises if broken too
+            self.current = load_config(self.last_good_path, game_backend=game_backend, bases=False)  # raises if broken too
             self._last_error = f"config edit refused, keeping the previous config: {e}"
             self.log(f"config file refused ({e}): starting with the last config that loaded, kept in {self.last_good_path}")
         else:
@@ -93,7 +96,10 @@ class LiveConfig:
         text = self._read_text()
         try:
             fresh = build_config(
-                read_python_file(self.path), game_backend=self.game_backend, inputs=self.current.inputs_file(), source=str(self.path)
+                read_config_file(self.path, bases=False),
+                game_backend=self.game_backend,
+                inputs=self.current.inputs_file(),
+                source=str(self.path),
             )
         except ConfigError as e:
             message = f"config edit refused, keeping the previous config: {e}"

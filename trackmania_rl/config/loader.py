@@ -3,10 +3,16 @@
 A config is a plain Python file of module-level settings (config_files/config.py). It is executed in a
 fresh namespace, checked setting by setting, and returned as an immutable `Config` with a few derived
 values. The settings and their checks are in `schema.py`; hot reloading is `live.py`.
+
+A config file may start from another: a top-level `base = "config.py"` (a string, the path relative to the file's
+own folder) names its base, and the file then sets only what differs. Each file of the chain runs in its own fresh
+namespace; the settings of a file replace its base's. `whole_copy.py` writes such a file out whole (a run's live
+config holds every setting in force).
 """
 
 from __future__ import annotations
 
+import ast
 import runpy
 import types
 from pathlib import Path
@@ -58,7 +64,92 @@ def read_python_file(path: Path) -> dict:
         raise ConfigError(f"config file {path} does not parse: line {e.lineno}: {e.msg}") from None
     except Exception as e:  # a config is user code: any error in it is a config error
         raise ConfigError(f"config file {path} raised {type(e).__name__}: {e}") from None
+    return settings_of(namespace)
+
+
+def settings_of(namespace: dict) -> dict:
+    """The names a config file's namespace sets: helper names (a leading underscore) and modules left out."""
     return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
+
+
+BASE = "base"  # the name a config file gives its base file with; never a setting
+_BASE_FORM = f'`{BASE}` names the file this one starts from: set it once, at the top level, as {BASE} = "config.py"'
+
+
+def _base_declaration(path: Path) -> str | None:
+    """The string of the file's top-level `base = "<file>"`, or None. Read from its syntax, without running it."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {path} cannot be read: {e}") from None
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as e:
+        raise ConfigError(f"config file {path} does not parse: line {e.lineno}: {e.msg}") from None
+    declarations = [
+        node for node in tree.body if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == BASE for t in node.targets)
+    ]
+    if not declarations:
+        return None
+    node = declarations[0]
+    if len(declarations) > 1 or len(node.targets) > 1:
+        raise ConfigError(f"config file {path}, line {node.lineno}: {_BASE_FORM}")
+    if not isinstance(node.value, ast.Constant) or not isinstance(node.value.value, str) or not node.value.value.strip():
+        raise ConfigError(f"config file {path}, line {node.lineno}: {_BASE_FORM} (a file name in quotes)")
+    return node.value.value
+
+
+def declared_base(path: str | Path) -> Path | None:
+    """The file `path` starts from (its `base`, relative to its folder), or None for a whole file."""
+    path = Path(path)
+    name = _base_declaration(path)
+    return None if name is None else path.parent / name
+
+
+def config_files(path: str | Path) -> list[Path]:
+    """`path` and the files it starts from, the whole one first. ConfigError naming a missing base or a cycle."""
+    chain = [Path(path)]
+    seen = [chain[0].resolve()]
+    while (base := declared_base(chain[-1])) is not None:
+        if not base.is_file():
+            raise ConfigError(f"config file {chain[-1]}: its base {base} does not exist")
+        if base.resolve() in seen:
+            raise ConfigError(f"config file {path}: its bases form a cycle: {' -> '.join(str(p) for p in [*chain, base])}")
+        chain.append(base)
+        seen.append(base.resolve())
+    return chain[::-1]
+
+
+def config_source(files: list[Path]) -> str:
+    """How messages name a config read from `files` (config_files' order): the file, then its bases if any."""
+    *bases, path = files
+    return f"{path} (over {' over '.join(str(p) for p in reversed(bases))})" if bases else str(path)
+
+
+def read_config_files(files: list[Path]) -> dict:
+    """The settings of a chain of config files (config_files' order), each file's replacing its base's."""
+    values = {}
+    for file in files:
+        declared = _base_declaration(file)
+        own = read_python_file(file)
+        if own.pop(BASE, None) != declared:  # rebound after its declaration: which file is meant is unclear
+            raise ConfigError(f"config file {file}: {_BASE_FORM}")
+        values.update(own)
+    return values
+
+
+def read_config_file(path: str | Path, bases: bool = True) -> dict:
+    """The settings a config file sets, its bases' included. `bases=False`: a file that names a base is refused (a
+    run's live config holds every setting in force)."""
+    path = Path(path)
+    if not bases and _base_declaration(path) is not None:
+        raise ConfigError(
+            f"config file {path}: `{BASE}` is not allowed in a run's live config, which holds every setting in force "
+            "(a run started from a file with a base gets a whole copy of it)"
+        )
+    return read_config_files(config_files(path))
 
 
 def load_inputs(path: Path | None = None) -> dict:
@@ -175,13 +266,18 @@ def build_config(values: dict, game_backend: str = "carracing", inputs: dict | N
     )
 
 
-def load_config(path: str | Path | None = None, game_backend: str | None = None, inputs_path: str | Path | None = None) -> Config:
-    """Read and validate a config file (default: config_files/config.py). Raises ConfigError. `game_backend`: the game
-    when the file does not set `game_backend` (default: user_config's)."""
+def load_config(
+    path: str | Path | None = None, game_backend: str | None = None, inputs_path: str | Path | None = None, bases: bool = True
+) -> Config:
+    """Read and validate a config file (default: config_files/config.py), with its bases. Raises ConfigError.
+    `game_backend`: the game when the files do not set `game_backend` (default: user_config's). `bases=False`: a
+    file naming a base is refused (see read_config_file)."""
     path = Path(path) if path else CONFIG_DIR / "config.py"
     if game_backend is None:
         game_backend = load_user_config().game_backend
-    return build_config(read_python_file(path), game_backend=game_backend, inputs=load_inputs(inputs_path), source=str(path))
+    files = config_files(path) if bases else [path]
+    values = read_config_files(files) if bases else read_config_file(path, bases=False)
+    return build_config(values, game_backend=game_backend, inputs=load_inputs(inputs_path), source=config_source(files))
 
 
 def load_user_config(path: str | Path | None = None) -> types.SimpleNamespace:

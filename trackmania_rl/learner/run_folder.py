@@ -6,8 +6,9 @@
   so that a refused trainer can name it.
 - `move_run_aside(run_dir, tb_run_dir)`: `--fresh`, under the lock: the run's folders are moved aside
   (`<run>.before-fresh-<time>`), never deleted.
-- `install_live_config(run_dir, config_path)`: `save/<run>/config_live.py`, the file every process of the run
-  reloads. Copied from `--config` at a fresh start; on resume the run's own live file is kept as it is.
+- `install_live_config(run_dir, config_text)`: `save/<run>/config_live.py`, the file every process of the run
+  reloads. The whole text of `--config` at a fresh start (config/whole_copy.py: every setting in force, also when
+  that file names a base); on resume the run's own live file is kept as it is.
 - `StopSignals`: SIGINT and SIGTERM stop a trainer the same way at every stage; once shutdown has begun,
   further signals are ignored so that nothing skips the final save.
 
@@ -204,7 +205,7 @@ def move_run_aside(run_dir: Path, tb_run_dir: Path, log: Callable[[str], None] =
 # -------------------------------------------------------------------------------------------------- live config
 def install_live_config(run_dir: Path, config_text: str | None) -> tuple[Path, bool]:
     """The run's live config `run_dir/config_live.py`. If it exists (a resumed run) it is kept as it is;
-    otherwise `config_text` (the --config file) is written there atomically. Returns (path, created)."""
+    otherwise `config_text` (the --config file's whole text) is written there atomically. Returns (path, created)."""
     path = Path(run_dir) / LIVE_CONFIG
     if path.exists():
         return path, False

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from trackmania_rl.agents.graphed_step import check_cuda_graphs_setting
 from trackmania_rl.config.live import LiveConfig
-from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, load_config, load_user_config
+from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, config_files, load_config, load_user_config
+from trackmania_rl.config.whole_copy import whole_config_text
 from trackmania_rl.device import choose_device, machine_in_words
 from trackmania_rl.games import float_layout_for
 from trackmania_rl.games.backend import game_backend
@@ -120,25 +121,27 @@ def check_start(options: TrainOptions, user, cfg, config_name) -> None:
 
 def open_run(options: TrainOptions, user) -> tuple[RunLock, Path, Path, Path]:
     """Lock the run folder (RunLocked if another trainer holds it: nothing touched), then `--fresh` moves the
-    previous run aside, and the run's live config is set up: copied from `--config` at a fresh start (checked
-    first: a refused start moves and writes nothing), kept as it is on resume. Returns (lock, run_dir,
+    previous run aside, and the run's live config is set up: copied from `--config` at a fresh start, written whole when
+    it names a base (checked first: a refused start moves and writes nothing), kept as it is on resume. Returns (lock, run_dir,
     tb_run_dir, live config path)."""
     run_dir, tb_run_dir = run_folders(options, user)
     lock = RunLock.acquire(run_dir)
     try:
         live_path = run_dir / LIVE_CONFIG
-        config_text = None
+        config_text = copied_from = None
         if options.fresh or not live_path.exists():
             config_path = _resolve(options.config, None)
             check_start(options, user, load_config(config_path, game_backend=user.game_backend), config_path)
-            config_text = config_path.read_text()
+            config_text = whole_config_text(config_path)  # a file with a base is written out whole: every setting in force
+            *bases, _ = config_files(config_path)
+            copied_from = f"{config_path}, written whole over {' over '.join(str(b) for b in reversed(bases))}" if bases else config_path
             if options.seed is not None:  # the live config records it: a resume keeps it, settings.json shows it
                 config_text += f"\nseed = {options.seed}  # [restart] set by --seed when the run started\n"
         if options.fresh:
             move_run_aside(run_dir, tb_run_dir, log=log)
         live_path, created = install_live_config(run_dir, config_text)
         if created:
-            log(f"live config of this run: {live_path} (copied from {_resolve(options.config, None)}; edit it to tune the run)")
+            log(f"live config of this run: {live_path} (copied from {copied_from}; edit it to tune the run)")
         else:
             log(f"live config of this run: {live_path} (kept from the previous session of this run; edit it to tune the run)")
     except BaseException:

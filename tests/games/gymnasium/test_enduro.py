@@ -171,7 +171,7 @@ def test_the_games_reward_is_clipped_and_scaled_as_configured(enduro_cfg, game):
 
 def _config_with(tmp_path: Path, extra: str) -> Path:
     path = tmp_path / "config.py"
-    path.write_text(ENDURO_CONFIG.read_text() + "\n" + extra + "\n")
+    path.write_text(f"base = {str(ENDURO_CONFIG)!r}\n" + extra + "\n")  # enduro.py with these settings changed
     return path
 
 

@@ -26,6 +26,7 @@ pytest.importorskip("ale_py")
 
 from tests.faults.helpers import REPO_ROOT, Trainer, train_command  # noqa: E402
 from trackmania_rl.config.loader import CONFIG_DIR  # noqa: E402
+from trackmania_rl.config.whole_copy import whole_config_text  # noqa: E402
 from trackmania_rl.games.base import CENTERLINE_STATE_KEYS, FURTHEST_ZONE, GAME_REWARD  # noqa: E402
 
 pytestmark = [pytest.mark.atari, pytest.mark.slow]
@@ -55,7 +56,8 @@ save_frequency_s = {save_frequency_s}
 
 def write_enduro_config(folder: Path, save_frequency_s: float = 1_000) -> Path:
     path = folder / "config.py"
-    path.write_text((CONFIG_DIR / "enduro.py").read_text() + SMALL_RUN.format(cutoff_ms=CUTOFF_MS, save_frequency_s=save_frequency_s))
+    small = SMALL_RUN.format(cutoff_ms=CUTOFF_MS, save_frequency_s=save_frequency_s)
+    path.write_text(whole_config_text(CONFIG_DIR / "enduro.py") + small)  # enduro.py names a base: its whole text
     return path
 
 
