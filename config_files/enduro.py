@@ -1,11 +1,15 @@
 """Atari 2600 Enduro (ALE/Enduro-v5) from pixels alone: `python scripts/train.py --config config_files/enduro.py`.
 
-config_files/config.py's recipe with the game's settings: the first section below, and the values marked "Enduro" where
-the default file has CarRacing's (docs/enduro.md says how each was chosen and what it reached). The network sees the
-last 4 grey 84 x 84 frames and its own previous actions, nothing read from the game's memory; the reward is the
-game's own (+1 for each car passed, -1 for each car that passes back), clipped to +-1.
+config_files/config.py's recipe with the game's settings: the first section below, then the values where the default
+file has CarRacing's (docs/enduro.md says how each was chosen and what it reached). The network sees the last 4 grey
+84 x 84 frames and its own previous actions, nothing read from the game's memory; the reward is the game's own (+1 for
+each car passed, -1 for each car that passes back), clipped to +-1.
+enduro.py names only these values (`base = "config.py"`: every other setting is config.py's, docs/config.md §1.8);
+a few equal config.py's today and are named for the game's sake (its timing, options and picture, the race cut-off).
 Every setting is checked by `trackmania_rl/config/schema.py`; docs/config.md explains each.
 """
+
+base = "config.py"
 
 # ---------------------------------------------------------------------------------------------------
 # The game: ALE/Enduro-v5 with its defaults (4 frames an action, sticky actions 0.25, 9 actions, 108,000 frames)
@@ -23,195 +27,28 @@ frame_crop = None  # [restart] (top, bottom, left, right) pixels cut from the en
 reward_per_game_point = 1.0  # x the game's own reward of each step
 game_reward_clip = 1.0  # clipped to +-1 first, as Atari agents do
 
+# ---------------------------------------------------------------------------------------------------
+# Where config.py has CarRacing's values
+# ---------------------------------------------------------------------------------------------------
 
-# ---------------------------------------------------------------------------------------------------
-# Game time and images
-# ---------------------------------------------------------------------------------------------------
-# [restart] Physics steps one action is held for. CarRacing runs 50 physics steps per game second,
-# so 4 steps = 80 ms per action (12.5 decisions per second).
 physics_steps_per_action = 1  # env steps per decision: the env itself repeats an action 4 frames
-# [restart] Size of the grey frame the network sees (the HUD bar is cut off before resizing).
 H_downsized = 84
 W_downsized = 84
-# [restart] How frames are drawn: "fast" (the scene drawn straight at the frame's size, ~11x cheaper to draw) or "pygame"
-# (CarRacing's own drawing into its 1000 x 800 window, smoothscaled; pixel-exact). docs/config.md says how they differ.
-frame_renderer = "fast"
-
-# ---------------------------------------------------------------------------------------------------
-# Float inputs (the layout is declared once in trackmania_rl/games/car_racing/floats.py)
-# ---------------------------------------------------------------------------------------------------
-float_inputs = "game"  # [restart] the Gymnasium backend's floats are the clock and the previous actions either way
-n_prev_actions_in_inputs = 5  # [restart]
-n_zone_centers_in_inputs = 16  # [restart] zone centers ahead given to the network
-one_every_n_zone_centers_in_inputs = 4  # [restart] stride between those centers (4 x 3.5 = 14 m)
-margin_to_announce_finish_meters = 300.0  # [restart] cap of the "distance left to finish" input
-
-# ---------------------------------------------------------------------------------------------------
-# Zones (virtual checkpoints) along the centerline
-# ---------------------------------------------------------------------------------------------------
-distance_between_checkpoints = 3.5  # [restart] CarRacing's own track points are 3.5 apart
-n_zone_centers_extrapolate_before_start_of_map = 20  # [restart]
-n_zone_centers_extrapolate_after_end_of_map = 100  # [restart] at least the look-ahead span (zones)
-road_width = 40.0  # zone changes are only accepted within ~half this distance of the next center
-
-# ---------------------------------------------------------------------------------------------------
-# Race cut-offs
-# ---------------------------------------------------------------------------------------------------
 cutoff_rollout_if_race_not_finished_within_duration_ms = 60_000  # an episode (up to 30 min) goes to the learner a minute at a time
-cutoff_rollout_if_no_vcp_passed_within_duration_ms = 2_000
-
-# ---------------------------------------------------------------------------------------------------
-# Rewards (step reward = time penalty + progress; shaping is potential-based)
-# ---------------------------------------------------------------------------------------------------
 constant_reward_per_ms = 0.0  # the game scores itself
 reward_per_m_advanced_along_centerline = 0.0  # no centerline
 shaped_reward_dist_to_cur_vcp = 0.0  # no centerline: no shaping
-shaped_reward_min_dist_to_cur_vcp = 2.0
-shaped_reward_max_dist_to_cur_vcp = 20.0
-# The game's own terms. CarRacing: this x the share of the wheels off the road tiles, taken from the reward of
-# each step (cutting a corner over the grass misses tiles the native score pays for).
-off_road_penalty_per_action = 0.0
-# CarRacing: this x each road tile the car touches for the first time in the race (the native score pays for each;
-# a tile is ~3.5 m of road, so 0.1 pays ~1.7x what reward_per_m_advanced_along_centerline pays for the same metres).
 reward_per_new_road_tile = 0.0  # no road tiles
-# A new tile pays only while the car is at most this many metres behind its own furthest progress along the lap, so
-# turning back for tiles missed earlier pays nothing (None: every new tile pays).
-road_tile_reward_max_m_behind_furthest = None
-# CarRacing: this is taken from the reward for each road tile of the lap the car drives past without touching it (its
-# own episode only ends once every tile is touched: a lap that misses one drives on to the 20 s limit).
 missed_road_tile_penalty = 0.0  # no road tiles
-
-# ---------------------------------------------------------------------------------------------------
-# Mini-races and n-step returns
-# ---------------------------------------------------------------------------------------------------
-n_steps = 3  # [restart]
-discard_non_greedy_actions_in_nsteps = True
 temporal_mini_race_duration_ms = 8_000  # [restart] horizon: 119 actions
-oversample_long_term_steps = 16
-oversample_maximum_term_steps = 4
-# (frames played, gamma), linear interpolation.
-gamma_schedule = [(0, 0.999), (300_000, 1.0)]
-
-# ---------------------------------------------------------------------------------------------------
-# Replay buffers
-# ---------------------------------------------------------------------------------------------------
-# (frames played, (capacity, transitions needed before learning starts)), staircase; capacities only grow.
 memory_size_schedule = [(0, (200_000, 5_000))]
-buffer_test_ratio = 0.05  # share of transitions routed to the hidden test buffer (and of batches run on it)
-buffer_test_switch_probability = 0.1  # per step chance to re-draw the train/test destination
 number_times_single_memory_is_used_before_discard = 4  # each stored transition sampled ~4 times (Dopamine: 8); the learner sets the pace
-prio_alpha = 0.0  # 0 = uniform replay; > 0 = prioritized replay
-prio_beta = 0.4
-prio_epsilon = 1e-3
-
-# ---------------------------------------------------------------------------------------------------
-# Network (IQN) [restart]
-# ---------------------------------------------------------------------------------------------------
 conv_layers = [(32, 8, 4), (64, 4, 2), (64, 3, 1)]  # [restart] Nature DQN's (IQN's and Dopamine's) convolutions
-# The frame's encoder: "linesight" (conv_layers as plain convolutions, each followed by LeakyReLU) or "impala" (IMPALA's
-# residual encoder: per conv_layers entry a stage of its channels, 3x3 convolutions, a max-pool and two residual blocks)
-network_encoder = "linesight"
-float_hidden_dim = 128
-dense_hidden_dimension = 256
-iqn_embedding_dimension = 64
-iqn_n = 8  # quantiles per sample when training (even)
-iqn_k = 8  # quantiles per state when acting (even); fixed midpoint fractions, so 8 estimate the mean well
-use_jit = True
-iqn_kappa = 1.0  # (live) Huber threshold of the quantile loss
-use_ddqn = False  # (live) next action chosen by the online network instead of the target network
-
-# ---------------------------------------------------------------------------------------------------
-# Optimisation
-# ---------------------------------------------------------------------------------------------------
 batch_size = 32  # [restart]
-# The train step's precision: "float32", "bfloat16" (mixed: the loss, the quantile cosines, the output layers and
-# the dueling combine stay float32), or "auto": a start-up probe times the step both ways on this machine and
-# keeps bfloat16 only if it is >= 1.1x faster (the log line gives both times).
-training_precision = "auto"  # [restart]
-# The train step on a CUDA GPU as captured CUDA graphs (one replay instead of hundreds of kernel launches): "on", "off",
-# or "auto": a start-up probe times both steps and keeps the graphs only if they are >= 1.1x faster (logged). The CPU
-# never uses them ("on" without a CUDA device is refused at start).
-training_cuda_graphs = "auto"  # [restart]
-# (frames played, lr), exponential interpolation.
-lr_schedule = [(0, 1e-3), (300_000, 3e-4), (1_000_000, 1e-4)]
-weight_decay_lr_ratio = 1 / 50
-adam_epsilon = 1e-4
-adam_beta1 = 0.9
-adam_beta2 = 0.999
-clip_grad_norm = 30.0
-clip_grad_value = 1000.0
-number_memories_trained_on_between_target_network_updates = 2048
-soft_update_tau = 0.05
-
-# ---------------------------------------------------------------------------------------------------
-# Exploration: (frames played, value), exponential interpolation
-# ---------------------------------------------------------------------------------------------------
-epsilon_schedule = [(0, 1.0), (10_000, 0.3), (100_000, 0.05), (500_000, 0.02)]
-epsilon_boltzmann_schedule = [(0, 0.15), (500_000, 0.03)]
-tau_epsilon_boltzmann = 0.01
-
-# ---------------------------------------------------------------------------------------------------
-# Map cycle: (name, seed or range of seeds, is_explo, fill_buffer). A range hands out its seeds in turn.
-# Maps that fill the buffer are "trained"; the others are "blind" evaluation tracks.
-# ---------------------------------------------------------------------------------------------------
 map_cycle = [("train", range(1_000, 50_000), True, True)]  # env reset seeds; held-out 100-102, tests 500,000 and up
-
-# Held-out evaluation: every held_out_eval_period_s of training, the learner plays one greedy race on each of
-# these tracks (never trained on: the map_cycle must not store them; all below 50,000, final test tracks are
-# 500,000 and up); the best weights by their mean native score are kept in save/<run>/best/. Its time counts.
 held_out_seeds = range(100, 103)  # env reset seeds; one Enduro episode lasts up to 30 min of game time (~1 min here)
 held_out_eval_period_s = 900
-# What ends the held-out races, and so what the best model is chosen by: "native" (CarRacing-v3's own episode rules,
-# those of published scores: every tile touched, or its 20 s time limit) or "training" (the collectors' cut-offs).
-held_out_rules = "native"
-keep_weights_at_minutes = [30]  # the online weights at these minutes of training, kept as save/<run>/at-minute-MMM/
-
-# ---------------------------------------------------------------------------------------------------
-# Processes and bookkeeping
-# ---------------------------------------------------------------------------------------------------
-# The run's seed: the learner's sampling and initial weights, the collectors' exploration and the order of the
-# tracks of each range in map_cycle. `--seed N` sets it for a new run; two seeds make two independent runs.
-seed = 0  # [restart]
-# [restart] local collector processes (0: only a remote source plays), or "auto": the cores the learner does not need
-# (a CPU learner keeps half the cores, at least 1 collector; a CUDA learner keeps 2 cores: 14 collectors on 16 cores).
-collectors_count = "auto"
-max_rollout_queue_size = 1  # [restart]
-update_inference_network_every_n_actions = 20
-send_shared_network_every_n_batches = 8
-# Races played with weights more than this many published versions older than the learner's are not stored
-# (counted per source). Local collectors lag a few versions; the bound is for remote sources (Ray, HTTP).
-max_policy_lag = 100_000
-save_frequency_s = 300
-# Complete checkpoints kept in save/<run>/checkpoints/ (the newest ones; older ones are deleted after each save).
-checkpoints_kept = 2
-collector_stall_timeout_s = 120  # a collector silent this long is restarted
-# Pacing: when the learner owes more than this many batches to its replay ratio, the rollout sources start no
-# new race (races in flight still arrive) until it has caught up to half of it.
-max_training_backlog_batches = 400
-
-# ---------------------------------------------------------------------------------------------------
-# A learner group (scripts/train.py --learners N > 1: N data-parallel learners, docs/cluster.md)
-# ---------------------------------------------------------------------------------------------------
-# A step of N learners learns from N x batch_size transitions; its lr is the schedule's x 1 ("none"), x sqrt(N)
-# ("sqrt") or x N ("linear"). One learner: no effect.
-learners_lr_scaling = "sqrt"
-learner_group_timeout_s = 120  # [restart] a rank that does not answer a collective this long stops the run (exit 1)
-# [restart] How the ranks' gradients are averaged in each step: "overlap" (in buckets, each all_reduce started while
-# backward goes on) or "after_backward" (one all_reduce once backward has finished). docs/cluster.md says what each costs.
-learners_gradient_exchange = "overlap"
-
-# ---------------------------------------------------------------------------------------------------
-# Remote rollout sources (optional installs; off by default). collectors_count may be 0 when one is on.
-# ---------------------------------------------------------------------------------------------------
-ray_address = None  # [restart] "auto": a local Ray cluster on loopback; or a cluster's address (docs/cluster.md)
-ray_actors = 0  # [restart] collector actors on the Ray cluster
-# (more Ray settings here)
-ray_object_store_mb = 512  # [restart] object store of the cluster `ray_address = "auto"` starts
-http_listen = None  # [restart] "127.0.0.1:8642": serve external game clients (docs/http-api.md)
-# (more HTTP settings here)
-http_queue_size = 8  # [restart] races received and not yet taken by the learner; a client meeting a full queue gets 429
-# Clients are told to pause (`paused` in /v1/status and in each 202) while more races than this wait in the queue:
-# their races would be played with weights that many races older by the time the learner takes them.
-http_off_policy_tolerance = 2
-http_heartbeat_interval_s = 5.0  # how often a client says it is alive between races (given to it at registration)
-http_client_timeout_s = 60.0  # a client silent this long is forgotten (it registers again)
+# The held-out selection this file had before config.py's changed (issue 64); config.py's tail penalty counts races
+# below its tail_score_bar, a CarRacing score. Drop these lines to take config.py's.
+best_tail_penalty = 0.0
+held_out_keep_weights = False

@@ -7,10 +7,59 @@ from pathlib import Path
 import pytest
 
 from trackmania_rl.config.live import LiveConfig
-from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, config_files, load_config
+from trackmania_rl.config.loader import CONFIG_DIR, REPO_ROOT, ConfigError, config_files, load_config, read_config_file, read_python_file
 from trackmania_rl.config.schema import ADDED_LATER, RETIRED, SETTINGS
 from trackmania_rl.config.values import read_settings
 from trackmania_rl.config.whole_copy import whole_config_text
+
+# What each shipped file sets over config_files/config.py: the values its whole copy (before issue 65) had where they
+# differ from config.py's, and those it names for the game's sake. Frozen: a delta that loses or changes one fails.
+# With config.py's other settings these are exactly the settings the whole copies resolved to (commit e54eebc).
+SHIPPED = {
+    "carracing_pixels.py": {
+        "H_downsized": 48,
+        "W_downsized": 48,
+        "frame_stack": 4,
+        "float_inputs": "own_actions",
+        "shaped_reward_dist_to_cur_vcp": 0.0,
+        "keep_weights_at_minutes": [30, 60, 90, 120],
+        "held_out_seeds": range(100, 110),
+        "best_tail_penalty": 0.0,
+        "held_out_keep_weights": False,
+    },
+    "enduro.py": {
+        "game_backend": "gymnasium",
+        "gymnasium_env_id": "ALE/Enduro-v5",
+        "gymnasium_ms_per_step": 1000 * 4 / 60,
+        "action_set": ["coast", "accelerate", "right", "left", "brake", "brake+right", "brake+left", "accelerate+right", "accelerate+left"],
+        "gymnasium_action_words": ("FIRE", "DOWN", "LEFT", "RIGHT"),
+        "frame_stack": 4,
+        "frame_colour": False,
+        "gymnasium_env_kwargs": None,
+        "frame_crop": None,
+        "reward_per_game_point": 1.0,
+        "game_reward_clip": 1.0,
+        "physics_steps_per_action": 1,
+        "H_downsized": 84,
+        "W_downsized": 84,
+        "cutoff_rollout_if_race_not_finished_within_duration_ms": 60_000,
+        "constant_reward_per_ms": 0.0,
+        "reward_per_m_advanced_along_centerline": 0.0,
+        "shaped_reward_dist_to_cur_vcp": 0.0,
+        "reward_per_new_road_tile": 0.0,
+        "missed_road_tile_penalty": 0.0,
+        "temporal_mini_race_duration_ms": 8_000,
+        "memory_size_schedule": [(0, (200_000, 5_000))],
+        "number_times_single_memory_is_used_before_discard": 4,
+        "conv_layers": [(32, 8, 4), (64, 4, 2), (64, 3, 1)],
+        "batch_size": 32,
+        "map_cycle": [("train", range(1_000, 50_000), True, True)],
+        "held_out_seeds": range(100, 103),
+        "held_out_eval_period_s": 900,
+        "best_tail_penalty": 0.0,
+        "held_out_keep_weights": False,
+    },
+}
 
 
 def _strict(values: dict) -> dict:
@@ -27,6 +76,39 @@ def _copy_of_config(folder: Path, name: str = "config.py", **replace: str) -> Pa
     path = folder / name
     path.write_text(text)
     return path
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_a_shipped_file_resolves_to_config_py_with_its_own_values(name):
+    path = CONFIG_DIR / name
+    assert config_files(path) == [path.parent / "config.py", path]  # it names only what differs
+    own = {k: v for k, v in read_python_file(path).items() if k != "base"}
+    assert _strict(own) == _strict(SHIPPED[name])  # the file sets exactly these, with these values
+    base = load_config(CONFIG_DIR / "config.py", game_backend="carracing")
+    expected = base.replace(**SHIPPED[name])
+    assert _strict(vars(load_config(path, game_backend="carracing"))) == _strict(vars(expected))
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_the_whole_copy_of_a_shipped_file_is_a_live_config_of_every_setting(tmp_path, name):
+    path = CONFIG_DIR / name
+    text = whole_config_text(path)
+    live_path = tmp_path / "config_live.py"
+    live_path.write_text(text)
+    live = LiveConfig(live_path, log=lambda m: pytest.fail(m))
+    assert _strict(vars(live.current)) == _strict(vars(load_config(path, game_backend="carracing")))
+    assert not re.search(r"^base\b", text, re.M)
+    for setting in read_config_file(path):  # each setting in force is a line of the copy, the user can edit it
+        assert len(re.findall(rf"^{setting} = ", text, re.M)) == 1, setting
+    own = path.read_text()
+    assert own.split('"""')[1] in text  # its docstring, and each of its setting lines with its comment
+    for line in own.splitlines():
+        if re.match(r"\w+ = ", line) and not line.startswith("base = "):
+            assert line in text.splitlines() or f"{line}  #" in text, line  # a bare line may take the base's comment
+    base = (CONFIG_DIR / "config.py").read_text()
+    assert "# Map cycle: (name, seed or range of seeds, is_explo, fill_buffer)" in base  # the base's comments are kept
+    assert "# Map cycle: (name, seed or range of seeds, is_explo, fill_buffer)" in text
+    assert f"Written whole from config_files/{name} over config_files/config.py" in text
 
 
 def test_a_base_is_relative_to_its_file_and_each_file_sets_only_what_differs(tmp_path):
