@@ -54,7 +54,8 @@ class _Text:
 
     def __init__(self, text: str, label: str):
         self.label = label
-        self.lines = text.splitlines()
+        # lines as ast numbers them: str.splitlines() would also split at form feeds and other separators in strings
+        self.lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
         try:
             tree = ast.parse(text, filename=label)
         except SyntaxError as e:
