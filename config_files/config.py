@@ -241,3 +241,13 @@ http_queue_size = 8  # [restart] races received and not yet taken by the learner
 http_off_policy_tolerance = 2
 http_heartbeat_interval_s = 5.0  # how often a client says it is alive between races (given to it at registration)
 http_client_timeout_s = 60.0  # a client silent this long is forgotten (it registers again)
+
+# ---------------------------------------------------------------------------------------------------
+# SuperTuxKart (game_backend = "supertuxkart"; config_files/supertuxkart.py sets these; docs/config.md §2.15)
+# ---------------------------------------------------------------------------------------------------
+supertuxkart_kart = "tux"  # [restart]
+supertuxkart_difficulty = 3  # [restart] 0-3: it scales every kart, ours too
+supertuxkart_laps = 1  # [restart]
+supertuxkart_view_m = 80.0  # [restart] metres of road across the frame's width
+supertuxkart_native_time_cap_ms = 300_000  # native rules: a race not finished after this much game time ends
+supertuxkart_held_out_tracks = []  # maps no map_cycle entry trains on, in either direction

@@ -89,7 +89,8 @@ def test_ms_per_action_comes_from_the_backends_physics_step(cfg):
     # a Gymnasium env's step takes the time the config says (ALE: 4 frames at 60 Hz)
     gym = build_config({**values, "game_backend": "gymnasium", "gymnasium_env_id": "ALE/Enduro-v5"}, inputs=cfg.inputs_file())
     assert gym.ms_per_action == pytest.approx(values["physics_steps_per_action"] * 4000 / 60)
-    with pytest.raises(ConfigError, match=r"unknown game backend 'pong'; expected one of \['carracing', 'gymnasium', 'trackmania'\]"):
+    known = r"\['carracing', 'gymnasium', 'supertuxkart', 'trackmania'\]"
+    with pytest.raises(ConfigError, match=rf"unknown game backend 'pong'; expected one of {known}"):
         build_config(values, game_backend="pong", inputs=cfg.inputs_file())
 
 

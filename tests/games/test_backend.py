@@ -18,7 +18,10 @@ from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
 def test_unknown_backend_is_refused_with_the_known_names():
     with pytest.raises(ValueError) as error:
         game_backend("pong")
-    assert str(error.value) == "user_config.game_backend = 'pong': unknown game backend; expected 'carracing', 'gymnasium' or 'trackmania'"
+    assert (
+        str(error.value)
+        == "user_config.game_backend = 'pong': unknown game backend; expected 'carracing', 'gymnasium', 'supertuxkart' or 'trackmania'"
+    )
 
 
 def test_trackmania_is_known_but_not_implemented():

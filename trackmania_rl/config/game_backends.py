@@ -6,12 +6,14 @@ games (a layer above it); everything else about a backend is its description in 
 """
 
 # Game time per physics step of every known backend, implemented or not (CarRacing: Box2D at 50 steps
-# per game second; Trackmania: 100 Hz). The config derives `ms_per_action` from it.
+# per game second; Trackmania: 100 Hz; SuperTuxKart: one `race.step` of pystk2, its RaceConfig.step_size of 0.1 s).
+# The config derives `ms_per_action` from it.
 # Gymnasium: None, the config says (`gymnasium_ms_per_step`: an env step's game time depends on the env).
-MS_PER_PHYSICS_STEP = {"carracing": 20, "trackmania": 10, "gymnasium": None}
+MS_PER_PHYSICS_STEP = {"carracing": 20, "trackmania": 10, "gymnasium": None, "supertuxkart": 100}
 GAME_BACKENDS = tuple(MS_PER_PHYSICS_STEP)
 DEFAULT_GAME_BACKEND = "carracing"  # the built-in game
 GYMNASIUM = "gymnasium"  # any registered Gymnasium env with an image observation (games/gymnasium/)
+SUPERTUXKART = "supertuxkart"  # SuperTuxKart time trials through pysupertuxkart2 (games/supertuxkart/)
 # How CarRacing's frames are drawn (config setting `frame_renderer`; games/car_racing/env.py): "fast" straight at the
 # frame's size, "pygame" by CarRacing's own drawing into its 1000 x 800 window, smoothscaled
 RENDERER_FAST = "fast"

@@ -466,7 +466,7 @@ def _kart_map_names(v):
 SUPERTUXKART_SETTINGS = {
     "supertuxkart_kart": (lambda v: isinstance(v, str) and v.isidentifier(), 'a kart\'s name, e.g. "tux" (pystk2.list_karts())', True),
     "supertuxkart_difficulty": (
-        lambda v: v in SUPERTUXKART_DIFFICULTIES and not isinstance(v, bool),
+        lambda v: _non_negative_int(v) and v in SUPERTUXKART_DIFFICULTIES,
         "0, 1, 2 or 3 (the race's difficulty: it scales every kart, ours too; 3 is the fastest)",
         True,
     ),

@@ -33,9 +33,15 @@ def game_backend(name: str) -> GameBackend:
         from trackmania_rl.games.gymnasium.backend import GYMNASIUM
 
         return GYMNASIUM
+    if name == "supertuxkart":
+        from trackmania_rl.games.supertuxkart.backend import SUPERTUXKART
+
+        return SUPERTUXKART
     if name == "trackmania":
         raise NotImplementedError(
             "user_config.game_backend = 'trackmania': the Trackmania backend is not implemented yet "
             "(DESIGN §7); set user_config.game_backend = 'carracing'"
         )
-    raise ValueError(f"user_config.game_backend = {name!r}: unknown game backend; expected 'carracing', 'gymnasium' or 'trackmania'")
+    raise ValueError(
+        f"user_config.game_backend = {name!r}: unknown game backend; expected 'carracing', 'gymnasium', 'supertuxkart' or 'trackmania'"
+    )
