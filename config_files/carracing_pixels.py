@@ -20,8 +20,3 @@ float_inputs = "own_actions"  # pixels: the clock and the previous actions only
 shaped_reward_dist_to_cur_vcp = 0.0  # pixels: off (it reads the distance to the zone center from the floats)
 # the online weights at these minutes of training, kept as save/<run>/at-minute-MMM/
 keep_weights_at_minutes = [30, 60, 90, 120]  # pixels: the hour's and the 2 hours' figures
-# The held-out selection this file had before config.py's changed (issue 64: 100 tracks, the tail penalty, every
-# evaluation's weights kept); drop these three lines to take config.py's.
-held_out_seeds = range(100, 110)
-best_tail_penalty = 0.0
-held_out_keep_weights = False
