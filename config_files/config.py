@@ -87,6 +87,10 @@ road_tile_reward_max_m_behind_furthest = None
 # CarRacing: this is taken from the reward for each road tile of the lap the car drives past without touching it (its
 # own episode only ends once every tile is touched: a lap that misses one drives on to the 20 s limit).
 missed_road_tile_penalty = 2.0
+# Taken from the reward of the last step of a race the no-progress cut-off ended (a spin that left the car facing back
+# down the track, a stall on the grass): such a race is cut 2 s after its last new zone and bootstraps from there, so
+# the steps into a spin cost it about one mini-race horizon, where the native rules lose the rest of the lap's clock.
+no_progress_penalty = 0.0
 
 # ---------------------------------------------------------------------------------------------------
 # Mini-races and n-step returns

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import layout_for, make_rollout, markers, tiny_config
+from trackmania_rl.config.loader import default_config
 from trackmania_rl.games.car_racing import floats as car_floats
 from trackmania_rl.replay.buffers import make_buffers
 from trackmania_rl.replay.experience import (
@@ -217,3 +218,71 @@ def test_road_tile_terms_need_their_tile_counts_and_check_them(setting, key):
         rollout[key] = bad
         with pytest.raises(InvalidRollout, match=f"`{key}`.*{message}"):
             rollout_to_experience(rollout, cfg.replace(**{setting: 0.0}), layout, GAMMA)
+
+
+def test_the_no_progress_penalty_falls_on_the_last_step_of_the_races_that_cut_off_ended():
+    """Real CarRacing races, each ended by a known rule; the penalty reads which from the race's own records and
+    charges exactly those the no-progress cut-off ended, on their last step."""
+    from trackmania_rl.games.base import MapSpec
+    from trackmania_rl.games.car_racing.actions import find_action
+    from trackmania_rl.games.car_racing.driver import centerline_follower
+    from trackmania_rl.games.car_racing.instance import CarRacingGameInstance
+    from trackmania_rl.replay.experience import no_progress_penalties
+
+    cfg = default_config(no_progress_penalty=7.0, cutoff_rollout_if_race_not_finished_within_duration_ms=6_000)
+    n = len(cfg.inputs)
+    accelerate, brake = find_action(cfg, accelerate=True), find_action(cfg, brake=True)
+
+    def actions(plan):
+        played = iter(plan)
+
+        def policy(frame, state_float):
+            action = next(played, plan[-1])
+            return action, True, 0.0, np.eye(n, dtype=np.float32)[action]
+
+        return policy
+
+    game = CarRacingGameInstance(cfg)
+    try:
+        races = {}
+        for name, seed, policy in [
+            ("stalled at the start", 3, actions([brake])),
+            ("drove, then stopped", 4, actions([accelerate] * 20 + [brake])),
+            ("overall cut-off while driving", 5, centerline_follower(cfg, game.float_layout)),
+        ]:
+            spec = MapSpec(f"seed{seed}", seed)
+            races[name] = game.rollout(policy, spec, game.zone_centers_for(spec), lambda: None)
+        # a lap finished: the follower, with the time to finish it
+        finishing = CarRacingGameInstance(cfg.replace(cutoff_rollout_if_race_not_finished_within_duration_ms=60_000))
+        try:
+            spec = MapSpec("seed5", 5)
+            races["finished"] = finishing.rollout(
+                centerline_follower(cfg, game.float_layout), spec, finishing.zone_centers_for(spec), lambda: None
+            )
+        finally:
+            finishing.close()
+    finally:
+        game.close()
+    reasons = {name: stats["end_reason"] for name, (_, stats) in races.items()}
+    assert reasons == {
+        "stalled at the start": "no_progress",
+        "drove, then stopped": "no_progress",
+        "overall cut-off while driving": "overall",
+        "finished": "finished",
+    }
+    for name, (results, stats) in races.items():
+        penalties = no_progress_penalties(results, cfg)
+        assert len(penalties) == len(results["frames"]) - 1
+        expected = -7.0 if stats["end_reason"] == "no_progress" else 0.0
+        assert penalties[-1] == expected and not penalties[:-1].any(), name
+        assert not no_progress_penalties(results, cfg.replace(no_progress_penalty=0.0)).any()
+    # the penalty reaches the transitions into the cut-off, within their n steps
+    results = races["drove, then stopped"][0]
+    layout = layout_for(cfg)
+    charged = rollout_to_experience(results, cfg, layout, GAMMA)
+    free = rollout_to_experience(results, cfg.replace(no_progress_penalty=0.0), layout, GAMMA)
+    difference = charged.rewards[np.arange(len(charged)), charged.n_steps - 1] - free.rewards[np.arange(len(free)), free.n_steps - 1]
+    last = len(charged) - 1
+    reaching = charged.next_state_index == last + 1
+    np.testing.assert_allclose(difference[reaching], -7.0 * GAMMA ** (last - charged.state_index[reaching]), rtol=1e-5)
+    assert not difference[~reaching].any()

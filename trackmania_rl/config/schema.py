@@ -250,6 +250,7 @@ SETTINGS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "reward_per_new_road_tile": (_non_negative_number, "a number >= 0", False),
     "road_tile_reward_max_m_behind_furthest": (_optional_non_negative_number, "None or a number >= 0 (metres)", False),
     "missed_road_tile_penalty": (_non_negative_number, "a number >= 0", False),
+    "no_progress_penalty": (_non_negative_number, "a number >= 0 (taken when the no-progress cut-off ends a race)", False),
     "shaped_reward_min_dist_to_cur_vcp": (_non_negative_number, "a number >= 0", False),
     "shaped_reward_max_dist_to_cur_vcp": (_positive_number, "a positive number", False),
     "reward_per_game_point": (_number, "a number (x the game's own reward of each step; 0: not used)", False),
@@ -428,6 +429,7 @@ ADDED_LATER = {
     "reward_per_new_road_tile": 0.0,
     "road_tile_reward_max_m_behind_furthest": None,
     "missed_road_tile_penalty": 0.0,
+    "no_progress_penalty": 0.0,
     "held_out_seeds": range(100, 110),
     "held_out_eval_period_s": 300,
     "held_out_rules": "training",  # the held-out races of every run before it ended by the training rules

@@ -22,6 +22,7 @@ ROLLOUT_ACTION_KEYS = ("actions", "action_was_greedy", "q_values", "input_w")
 # A game with a centerline (CarRacing; Trackmania) also gives, per state, the zone the car is in, its progress along
 # the centerline (`reward_per_m_advanced_along_centerline` needs it) and its car state, and the race's furthest zone
 CENTERLINE_STATE_KEYS = ("current_zone_idx", "meters_advanced_along_centerline", "car_gear_and_wheels")
+CURRENT_ZONE = "current_zone_idx"
 METERS_ADVANCED = "meters_advanced_along_centerline"
 FURTHEST_ZONE = "furthest_zone_idx"  # a scalar: max(current_zone_idx)
 # per action, where the game has it: the game's own reward of the step the action was held for (Gymnasium envs; the

@@ -10,7 +10,7 @@ For transition i (gamma = the learner's current gamma, N = cfg.n_steps):
   `discard_non_greedy_actions_in_nsteps` (the action at i itself may be exploratory);
 - rewards[j] = sum_{k<=j} gamma^k r_{i+k+1} for j < n (0 beyond: never read), r_{k+1} the reward of the
   step from state k to k+1 (`step_rewards`, plus the CarRacing terms `off_road_penalties` and
-  `road_tile_rewards`, `missed_road_tile_penalties`);
+  `road_tile_rewards`, `missed_road_tile_penalties`, and `no_progress_penalties`);
 - gammas[j] = gamma^(j+1);
 - terminal_actions = F-1-i when the race was finished (steps left to the finish), else +inf;
 - next state = state i+n.
@@ -27,7 +27,7 @@ import numpy as np
 
 from trackmania_rl.config.loader import frame_shape
 from trackmania_rl.games.backend import game_backend
-from trackmania_rl.games.base import GAME_REWARD, METERS_ADVANCED, ROAD_TILES_MISSED, ROAD_TILES_TOUCHED
+from trackmania_rl.games.base import CURRENT_ZONE, GAME_REWARD, METERS_ADVANCED, ROAD_TILES_MISSED, ROAD_TILES_TOUCHED
 from trackmania_rl.games.float_layout import FloatLayout
 from trackmania_rl.rollouts.contract import RACE_TIME, InvalidRollout, StackedSteps, require_reward_keys, validate_rollout
 
@@ -196,6 +196,29 @@ def missed_road_tile_penalties(rollout_results: dict, cfg) -> np.ndarray:
     return -float(cfg.missed_road_tile_penalty) * newly_missed
 
 
+def no_progress_penalties(rollout_results: dict, cfg) -> np.ndarray:
+    """Per step k -> k+1 (k = 0..F-2): -no_progress_penalty on the last step of a race the no-progress cut-off ended,
+    0 elsewhere. Which cut-off ended a race is read from its own records, so that every source's races are judged
+    alike: not finished, played for less than the overall cut-off, and its last new furthest zone reached at least
+    the no-progress window ago (less one action: progress is timed within an action, the cut-off at a decision)."""
+    n_states = len(rollout_results["frames"])
+    n_steps = max(0, n_states - 1)
+    require_reward_keys(rollout_results, cfg)
+    penalties = np.zeros(n_steps)
+    if cfg.no_progress_penalty == 0 or n_steps == 0 or RACE_TIME in rollout_results:
+        return penalties
+    zones = np.asarray(rollout_results[CURRENT_ZONE])
+    first_at_furthest = int(np.argmax(zones))
+    played_ms = n_states * cfg.ms_per_action  # a cut-off race played one action per state
+    since_progress_ms = (n_states - first_at_furthest) * cfg.ms_per_action
+    if (
+        played_ms < cfg.cutoff_rollout_if_race_not_finished_within_duration_ms
+        and since_progress_ms >= cfg.cutoff_rollout_if_no_vcp_passed_within_duration_ms - cfg.ms_per_action
+    ):
+        penalties[-1] = -float(cfg.no_progress_penalty)
+    return penalties
+
+
 def game_rewards(rollout_results: dict, cfg) -> np.ndarray:
     """Per step k -> k+1 (k = 0..F-2): reward_per_game_point x the game's own reward of action k (`game_reward`),
     clipped to +-game_reward_clip first when that is set (Atari agents clip to 1: a score's scale differs by game)."""
@@ -256,6 +279,7 @@ def rollout_to_experience(
         + off_road
         + road_tile_rewards(rollout_results, cfg)
         + missed_road_tile_penalties(rollout_results, cfg)
+        + no_progress_penalties(rollout_results, cfg)
         + game_rewards(rollout_results, cfg)
     )
     n = n_steps_per_transition(rollout_results["action_was_greedy"], n_states, n_max, cfg.discard_non_greedy_actions_in_nsteps)

@@ -28,6 +28,7 @@ import numpy as np
 
 from trackmania_rl.games.base import (
     CENTERLINE_STATE_KEYS,
+    CURRENT_ZONE,
     FURTHEST_ZONE,
     GAME_REWARD,
     METERS_ADVANCED,
@@ -144,6 +145,7 @@ REWARD_KEYS = (
     ("reward_per_new_road_tile", ROAD_TILES_TOUCHED),
     ("missed_road_tile_penalty", ROAD_TILES_MISSED),
     ("reward_per_game_point", GAME_REWARD),
+    ("no_progress_penalty", CURRENT_ZONE),
 )
 
 
