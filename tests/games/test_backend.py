@@ -104,3 +104,15 @@ def test_config_and_backend_descriptions_are_light_to_import():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("backend, game", [("carracing", "CarRacing"), ("gymnasium", "the Gymnasium env 'CarRacing-v3'")])
+@pytest.mark.parametrize("flag", ["drift", "nitro", "rescue"])
+def test_a_game_without_the_karts_controls_refuses_an_action_pressing_one(cfg, backend, game, flag):
+    from trackmania_rl.config.schema import ConfigError
+
+    kart = cfg.replace(action_set=["accelerate", "accelerate+left", f"accelerate+right+{flag}", "brake"], gymnasium_env_id="CarRacing-v3")
+    # the action is named, with the flag the game would silently drop, before any env is made
+    with pytest.raises(ConfigError, match=rf"action 'accelerate\+right\+{flag}' presses {flag}, which {game} has not"):
+        game_backend(backend).check_config(kart)
+    game_backend("carracing").check_config(cfg)  # the four flags alone: nothing to refuse

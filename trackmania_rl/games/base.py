@@ -13,6 +13,7 @@ import numpy as np
 from trackmania_rl.config.game_backends import RACE_RULES as RACE_RULES
 from trackmania_rl.config.game_backends import RULES_NATIVE as RULES_NATIVE
 from trackmania_rl.config.game_backends import RULES_TRAINING
+from trackmania_rl.config.schema import KART_ACTION_FLAGS, ConfigError
 from trackmania_rl.games.float_layout import FloatLayout
 
 # rollout_results (DESIGN §3.2) as a game instance returns it: lists with one entry per state, lists with one
@@ -63,6 +64,19 @@ class MapSpec:
     seed: int
     is_explo: bool = True
     fill_buffer: bool = True
+
+
+def refuse_kart_flags(cfg, game: str) -> None:
+    """ConfigError naming the first action of the config's action set that presses drift, nitro or rescue
+    (config/schema.py KART_ACTION_FLAGS): SuperTuxKart's own controls, which `game` has not and would silently drop."""
+    for i, action in enumerate(cfg.inputs):
+        pressed = [flag for flag in KART_ACTION_FLAGS if action.get(flag)]
+        if pressed:
+            name = cfg.action_set[i] if cfg.action_set is not None else f"inputs[{i}]"
+            raise ConfigError(
+                f"setting `action_set`: action {name!r} presses {' and '.join(pressed)}, which {game} has not "
+                "(only SuperTuxKart plays drift, nitro and rescue): remove it or drop those flags"
+            )
 
 
 class GameCrashed(RuntimeError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from trackmania_rl.config.loader import frame_shape
-from trackmania_rl.games.base import CENTERLINE_RACE_KEYS, ROAD_TILE_COUNTS, RULES_TRAINING, GameBackend
+from trackmania_rl.games.base import CENTERLINE_RACE_KEYS, ROAD_TILE_COUNTS, RULES_TRAINING, GameBackend, refuse_kart_flags
 from trackmania_rl.games.car_racing import floats as car_floats
 
 # gymnasium's car_racing VIDEO_W x VIDEO_H, the size of its "rgb_array" render (a constant here, so that
@@ -59,10 +59,12 @@ def frame_preprocessing(cfg) -> str:
 
 
 def check_config(cfg) -> None:
-    """ConfigError for a reward term the network's floats cannot give: with float_inputs "own_actions" the stored floats
-    hold no zone center (the shaping's distance) and no wheel contact (the off-road penalty)."""
+    """ConfigError for an action pressing a control CarRacing has not (drift, nitro, rescue), and for a reward term the
+    network's floats cannot give: with float_inputs "own_actions" the stored floats hold no zone center (the shaping's
+    distance) and no wheel contact (the off-road penalty)."""
     from trackmania_rl.config.schema import ConfigError
 
+    refuse_kart_flags(cfg, "CarRacing")
     if cfg.float_inputs != "own_actions":
         return
     for name in ("shaped_reward_dist_to_cur_vcp", "off_road_penalty_per_action"):

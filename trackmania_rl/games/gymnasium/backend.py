@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trackmania_rl.games.base import GAME_REWARD, RULES_TRAINING, GameBackend
+from trackmania_rl.games.base import GAME_REWARD, RULES_TRAINING, GameBackend, refuse_kart_flags
 from trackmania_rl.games.gymnasium import floats as gym_floats
 
 
@@ -21,8 +21,11 @@ def make_game_instance(cfg, rules: str = RULES_TRAINING):
 
 
 def check_config(cfg) -> None:
-    """Makes the env once: ConfigError naming what cannot work (unknown id, missing package, no image, unmapped action)."""
+    """Makes the env once: ConfigError naming what cannot work (unknown id, missing package, no image, unmapped action,
+    an action pressing drift, nitro or rescue: the env's actions are mapped from the four flags only)."""
     from trackmania_rl.config.schema import ConfigError
+
+    refuse_kart_flags(cfg, f"the Gymnasium env {cfg.gymnasium_env_id!r}")
     from trackmania_rl.games.gymnasium.instance import describe_env, make_env
 
     if cfg.frame_hud:
