@@ -254,4 +254,5 @@ supertuxkart_difficulty = 3  # [restart] 0-3: it scales every kart, ours too
 supertuxkart_laps = 1  # [restart]
 supertuxkart_view_m = 80.0  # [restart] metres of road across the frame's width
 supertuxkart_native_time_cap_ms = 300_000  # native rules: a race not finished after this much game time ends
-supertuxkart_held_out_tracks = []  # maps no map_cycle entry trains on, in either direction
+supertuxkart_held_out_tracks = []  # maps no map_cycle entry trains on, in either direction: best/ is chosen on them
+supertuxkart_test_tracks = []  # maps neither trained on nor held out, in either direction: the published figure

@@ -59,12 +59,14 @@ missed_road_tile_penalty = 0.0  # CarRacing's
 temporal_mini_race_duration_ms = 7_000  # [restart] 70 actions, Linesight's horizon
 
 # ---------------------------------------------------------------------------------------------------
-# Maps: "track" or "track:reverse". Training: 16 tracks in both directions. Held out (never trained, either
-# direction; the check at start refuses a run that trains on one): the 5 below.
+# Maps: "track" or "track:reverse". Training: 16 tracks in both directions. Never trained, in either direction (the
+# check at start refuses a run that trains on one, puts a track in both roles, or has fewer than 4 of them): 2 held-out
+# tracks, on which best/ is chosen, and 3 test tracks, which carry the published figure and choose nothing (evaluate.py
+# --tracks test). The held-out ones are the shortest laps (the game's AI at difficulty 3: minigolf 30.5 / 32.7 s,
+# hacienda 39.9 / 41.3 s reversed), so that an evaluation stays cheap.
 # ---------------------------------------------------------------------------------------------------
-supertuxkart_held_out_tracks = [
-    name + direction for name in ("cornfield_crossing", "hacienda", "minigolf", "snowtuxpeak", "xr591") for direction in ("", ":reverse")
-]
+supertuxkart_held_out_tracks = [name + direction for name in ("hacienda", "minigolf") for direction in ("", ":reverse")]
+supertuxkart_test_tracks = [name + direction for name in ("cornfield_crossing", "snowtuxpeak", "xr591") for direction in ("", ":reverse")]
 _TRAINING_TRACKS = (
     "abyss",
     "black_forest",
@@ -86,7 +88,8 @@ _TRAINING_TRACKS = (
 _TRAINING_MAPS = [name + direction for name in _TRAINING_TRACKS for direction in ("", ":reverse")]
 # (map, the race's seed, is_explo, fill_buffer): each map explored 4 times for each greedy race
 map_cycle = [(name, 0, True, True) for name in _TRAINING_MAPS] * 4 + [(name, 0, False, True) for name in _TRAINING_MAPS]
-# the held-out evaluation plays seeds of CarRacing's kind; it will play supertuxkart_held_out_tracks once it names maps
-held_out_eval_period_s = 0
+# one greedy lap on each held-out map (4 races: ~1,400 actions once the model finishes, at most 12,000 while it cannot, the
+# native time cap; ~900-1,200 actions/s on one core): a few seconds of one core every 5 minutes
+held_out_eval_period_s = 300
 tail_score_bar = None  # a SuperTuxKart race scores 1000 - its time in s: no fixed bar of a lost race
 keep_weights_at_minutes = [30, 60, 120, 240]

@@ -484,6 +484,11 @@ SUPERTUXKART_SETTINGS = {
         'a list of distinct map names ("track" or "track:reverse"): tracks no map_cycle entry trains on, in either direction',
         False,
     ),
+    "supertuxkart_test_tracks": (
+        _kart_map_names,
+        'a list of distinct map names ("track" or "track:reverse"): tracks neither trained on nor held out, in either direction',
+        False,
+    ),
 }
 SETTINGS.update(SUPERTUXKART_SETTINGS)
 ADDED_LATER.update(
@@ -494,6 +499,7 @@ ADDED_LATER.update(
         "supertuxkart_view_m": 80.0,
         "supertuxkart_native_time_cap_ms": 300_000,
         "supertuxkart_held_out_tracks": [],
+        "supertuxkart_test_tracks": [],
     }
 )
 RESTART_ONLY = tuple(name for name, (_, _, needs_restart) in SETTINGS.items() if needs_restart)  # again, with these

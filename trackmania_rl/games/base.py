@@ -57,13 +57,28 @@ ExplorationPolicy = Callable[[np.ndarray, np.ndarray], tuple]
 class MapSpec:
     """One concrete race: a map name (for logs and trained/blind status) and the game's map id.
 
-    For CarRacing the id is a track seed. `is_explo` and `fill_buffer` come from the map cycle.
+    For CarRacing the id is a track seed; for SuperTuxKart the name is the track and the seed the race's. `is_explo` and
+    `fill_buffer` come from the map cycle.
     """
 
     name: str
     seed: int
     is_explo: bool = True
     fill_buffer: bool = True
+
+
+# the name of an evaluation race's map given by its seed alone (CarRacing's tracks, a Gymnasium env's reset seeds)
+EVAL_MAP_NAME = "eval"
+
+
+def seed_map(seed: int) -> MapSpec:
+    """The evaluation race (greedy, stored nowhere) on the map of `seed`."""
+    return MapSpec(name=EVAL_MAP_NAME, seed=int(seed), is_explo=False, fill_buffer=False)
+
+
+def held_out_seed_maps(cfg) -> list[MapSpec]:
+    """The held-out evaluation's maps of a game whose maps are seeds: the config's `held_out_seeds`."""
+    return [seed_map(seed) for seed in cfg.held_out_seeds]
 
 
 def refuse_kart_flags(cfg, game: str) -> None:
@@ -107,6 +122,17 @@ class GameInstance(abc.ABC):
         Raises GameCrashed when the game failed mid-race (the instance rebuilds itself first).
         """
 
+    def describe_map(self, map_spec: MapSpec) -> dict:
+        """What a race record says of the map beyond its seed (rollouts/greedy.py race_record): {} for a map that is a
+        seed; a game whose maps have names gives the name and what it means (SuperTuxKart: the track, its direction,
+        the difficulty)."""
+        return {}
+
+    def ai_race(self, map_spec: MapSpec, difficulty: int | None = None, laps: int | None = None, time_cap_ms: int | None = None) -> dict:
+        """One race of the map driven by the game's own AI, for a reference time (SuperTuxKart's instance says what it
+        returns). NotImplementedError for a game without one."""
+        raise NotImplementedError(f"{type(self).__name__}: this game has no AI driver of its own")
+
     def close(self) -> None:  # noqa: B027 (a default that does nothing: a game without resources need not override it)
         """Release the game's resources."""
 
@@ -133,7 +159,14 @@ class GameBackend:
     - `race_keys`: the optional rollout keys (CENTERLINE_RACE_KEYS, ROAD_TILE_COUNTS, GAME_REWARD) its races carry:
       the HTTP wire requires them of this game's clients, and says so (rollouts/http/wire.py);
     - `check_config(cfg)`: ConfigError naming the setting that cannot work with this game (at a run's start; the game
-      may be started to find out); None: nothing to check beyond the schema.
+      may be started to find out); None: nothing to check beyond the schema;
+    - `held_out_maps(cfg) -> [MapSpec]`: the maps the held-out evaluation races (best/ is chosen on them); by default the
+      config's `held_out_seeds`;
+    - `named_maps(cfg, text) -> [MapSpec]`: for a game whose maps have names (SuperTuxKart's tracks): the maps `text`
+      names, a comma list or one of the config's sets of maps ("held_out", "test"), each checked raceable (ValueError
+      naming one that is not: nothing has raced yet); None: the game's maps are seeds (evaluate.py --seeds);
+    - `native_time_limit_s(cfg)`: the longest a race by the native rules lasts, in game seconds (how long a held-out
+      evaluation may take); None: CarRacing-v3's 20 s (learner/held_out.py).
     """
 
     name: str
@@ -146,6 +179,9 @@ class GameBackend:
     frame_preprocessing: Callable[[Any], str]
     race_keys: tuple[str, ...] = ()
     check_config: Callable[[Any], None] | None = None
+    held_out_maps: Callable[[Any], list[MapSpec]] = held_out_seed_maps
+    named_maps: Callable[[Any, str], list[MapSpec]] | None = None
+    native_time_limit_s: Callable[[Any], float] | None = None
 
     def full_view_aspect(self, cfg) -> float:
         """Width / height of the full view."""

@@ -2,23 +2,25 @@
 
 Every `held_out_eval_period_s` of the run's training time, the learner takes a snapshot of its online weights (the
 training thread paused for the copy alone) and a process of its own (learner/held_out_worker.py) plays one greedy
-race with them on each track of `held_out_seeds` (tracks the map cycle never stores; all below 50,000, while final
-test tracks are 500,000 and up) while the learner goes on taking races and training; the record, when it comes,
-carries the minute, frames and batches of the snapshot. The races end by the config's `held_out_rules`
+race with them on each held-out map while the learner goes on taking races and training (the game's backend says
+which: its `held_out_maps`; CarRacing's and a Gymnasium env's are `held_out_seeds`, tracks the map cycle never stores,
+all below 50,000 while final test tracks are 500,000 and up; SuperTuxKart's the maps of `supertuxkart_held_out_tracks`);
+the record, when it comes, carries the minute, frames and batches of the snapshot. The races end by the config's `held_out_rules`
 (games/base.py): "native", CarRacing-v3's own episode rules, those of published scores and of scripts/evaluate.py's
 default (every tile touched, off the playfield, or the 20 s time limit), or "training", the collectors' (the finish
 line, the config's overall and no-progress cut-offs; the only rules before 2026-11-28); every record says which. The
 summary (mean and spread of the native score, finished share, share of races that touched every tile, mean lap
 time, tile coverage, the worst race and how many scored below `tail_score_bar`) goes to TensorBoard
 (`held_out_<rules>/...`), to `save/<run>/held_out.jsonl` (one line per evaluation, with the minute and every race's
-score), and to the run's counters. An evaluation's selection score is its mean minus `best_tail_penalty` points per
-percent of its races below `tail_score_bar` (a mean of 10 tracks was blind to a crash in 1 race of 30); when it beats
-the best so far, the evaluated weights become the best model folder `save/<run>/best/` (weights, the settings they
-were taken under, best.json): the best model is the best by the rules its races were played by. With
-`held_out_keep_weights` every evaluation's weights are kept too, in `save/<run>/held-out/minute-MMM/`, so that
-another choice can be made and checked afterwards (scripts/select_best.py). At each minute of `keep_weights_at_minutes` the online
-weights are kept as the model folder `save/<run>/at-minute-MMM/`. An evaluation still playing when the time limit ends
-the run is waited for (up to FINISH_WAIT_S); a stop by signal drops it.
+score; on named maps also the maps and each race's lap time), and to the run's counters. An evaluation's selection
+score is its mean minus `best_tail_penalty` points per percent of its races below `tail_score_bar` (a mean of 10
+tracks was blind to a crash in 1 race of 30); when it beats the best so far, the evaluated weights become the best
+model folder `save/<run>/best/` (weights, the settings they were taken under, best.json): the best model is the best
+by the rules its races were played by. With `held_out_keep_weights` every evaluation's weights are kept too, in
+`save/<run>/held-out/minute-MMM/`, so that another choice can be made and checked afterwards (scripts/select_best.py).
+At each minute of `keep_weights_at_minutes` the online weights are kept as the model folder
+`save/<run>/at-minute-MMM/`. An evaluation still playing when the time limit ends the run is waited for (up to
+FINISH_WAIT_S); a stop by signal drops it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import torch
 
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config.values import config_to_values, settings_json
-from trackmania_rl.games.base import RULES_NATIVE
+from trackmania_rl.games.backend import game_backend as backend_named
+from trackmania_rl.games.base import RULES_NATIVE, MapSpec
 from trackmania_rl.learner import checkpoint as ckpt
 from trackmania_rl.learner.checkpoint import BEST, BEST_JSON, SETTINGS, WEIGHTS_ONLINE
 from trackmania_rl.learner.held_out_worker import HeldOutWorker
@@ -58,14 +61,20 @@ SUMMARY_FIGURES = (
 NATIVE_RACE_LIMIT_S = 20.0  # CarRacing-v3's TimeLimit: 1000 physics steps of 20 ms (games/car_racing/env.py native_step_limit)
 
 
+def held_out_maps(cfg) -> list[MapSpec]:
+    """The maps an evaluation races, by the config's game (its backend's `held_out_maps`)."""
+    return backend_named(cfg.game_backend).held_out_maps(cfg)
+
+
 def answer_deadline_s(cfg) -> float:
     """How long an evaluation may play before it is taken for hung: every race as long as its rules let it last (the
-    overall cut-off; by the native rules CarRacing-v3's time limit, whichever is longer), in game time played no faster
-    than real time (CarRacing plays ~10x faster), plus START_SLACK_S."""
+    overall cut-off; by the native rules the game's own limit, CarRacing-v3's unless its backend says another, whichever
+    is longer), in game time played no faster than real time (CarRacing plays ~10x faster), plus START_SLACK_S."""
     race_s = cfg.cutoff_rollout_if_race_not_finished_within_duration_ms / 1000
     if cfg.held_out_rules == RULES_NATIVE:
-        race_s = max(race_s, NATIVE_RACE_LIMIT_S)
-    return START_SLACK_S + len(cfg.held_out_seeds) * race_s
+        native_limit = backend_named(cfg.game_backend).native_time_limit_s
+        race_s = max(race_s, NATIVE_RACE_LIMIT_S if native_limit is None else native_limit(cfg))
+    return START_SLACK_S + len(held_out_maps(cfg)) * race_s
 
 
 def minute_folder(minute: float) -> str:
@@ -129,7 +138,7 @@ class HeldOutEvaluation:
         )
         weights = {name: tensor.numpy() for name, tensor in network.state_dict().items()}
         try:
-            self.worker.submit(config_to_values(cfg), weights, cfg.held_out_seeds)
+            self.worker.submit(config_to_values(cfg), weights, held_out_maps(cfg))
         except OSError as e:
             self._skip(learner, f"its process could not be started ({e})")
 
@@ -192,7 +201,11 @@ class HeldOutEvaluation:
             "selection_score": score,
             "seeds": summary["seeds"],
             "native_scores": [record["native_score"] for record in records],
+            # where its weights are kept (held_out_keep_weights), relative to the run folder
+            "weights_folder": f"{HELD_OUT_WEIGHTS}/minute-{snapshot.minute:05.1f}" if snapshot.cfg.held_out_keep_weights else None,
         }
+        if "maps" in summary:  # named maps (SuperTuxKart's tracks): which, and each one's lap time
+            entry.update(maps=summary["maps"], lap_times_s=[record["lap_time_s"] for record in records])
         learner.stats.held_out_latest_score = summary["mean_native_score"]
         if learner.stats.held_out_best_score is not None and learner.stats.held_out_best_rules != entry["rules"]:
             # scores of other rules do not compare: the first evaluation by these rules replaces the best
@@ -213,7 +226,8 @@ class HeldOutEvaluation:
             tail += f", {summary['races_below_bar']} below {summary['score_bar']:g} (selection score {score:.1f})"
         self.log(
             f"held-out evaluation at minute {snapshot.minute:.1f}: mean native score {summary['mean_native_score']:.1f} "
-            f"± {summary['std_native_score']:.1f} on {summary['races']} held-out maps (seeds) by the {summary['rules']} rules, "
+            f"± {summary['std_native_score']:.1f} on {summary['races']} held-out maps ({'tracks' if 'maps' in summary else 'seeds'}) "
+            f"by the {summary['rules']} rules, "
             f"{100 * summary['finished_fraction']:.0f} % finished{every_tile}{laps}{tail} "
             f"({entry['eval_seconds']:.0f} s, {learner.stats.batches_done - snapshot.batches_done} batches trained meanwhile; "
             f"best so far {'-' if best is None else f'{best:.1f}'})"
@@ -226,7 +240,7 @@ class HeldOutEvaluation:
 
     def _keep_evaluated(self, snapshot: _Snapshot, entry: dict) -> None:
         """The evaluated weights as save/<run>/held-out/minute-MMM/, with their settings and the evaluation's record."""
-        folder = self.run_dir / HELD_OUT_WEIGHTS / f"minute-{snapshot.minute:05.1f}"  # minute-005.0: in order when listed
+        folder = self.run_dir / entry["weights_folder"]  # minute-005.0: in order when listed
         writers = {
             WEIGHTS_ONLINE: ckpt.torch_writer(snapshot.network.state_dict()),
             SETTINGS: ckpt.text_writer(settings_json(snapshot.cfg)),
@@ -280,10 +294,10 @@ class HeldOutEvaluation:
         tail = ""
         if penalty and entry["score_bar"] is not None:
             tail = f" minus {penalty:g} points per percent of races below {entry['score_bar']:g}"
+        maps = f"(tracks) {', '.join(entry['maps'])}" if "maps" in entry else f"(seeds) {entry['seeds'][0]}..{entry['seeds'][-1]}"
         record = {
             "score": entry["selection_score"],
-            "metric": f"mean native score{tail} of greedy races on the held-out maps (seeds) {entry['seeds'][0]}..{entry['seeds'][-1]}, "
-            f"ended by the {entry['rules']} rules",
+            "metric": f"mean native score{tail} of greedy races on the held-out maps {maps}, ended by the {entry['rules']} rules",
             "mean_native_score": entry["mean_native_score"],
             "races_below_bar": entry["races_below_bar"],
             "worst_native_score": entry["worst_native_score"],
@@ -292,6 +306,7 @@ class HeldOutEvaluation:
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **{k: entry[k] for k in ("minute", "frames_played", "batches_done", "policy_version", "std_native_score", "finished_fraction")},
             "seeds": entry["seeds"],
+            **({"maps": entry["maps"], "lap_times_s": entry["lap_times_s"]} if "maps" in entry else {}),
         }
         writers = {
             WEIGHTS_ONLINE: ckpt.torch_writer(snapshot.network.state_dict()),

@@ -1,8 +1,8 @@
 """The process that plays the held-out evaluation's races (learner/held_out.py), so that the learner's threads go on
 taking races and training while it plays.
 
-`HeldOutWorker.submit(values, weights, seeds)` hands it one evaluation: the config's values (config/values.py), a
-snapshot of the online weights as numpy arrays and the tracks. The process (spawned at the first evaluation, one
+`HeldOutWorker.submit(values, weights, maps)` hands it one evaluation: the config's values (config/values.py), a
+snapshot of the online weights as numpy arrays and the maps (MapSpecs, or track seeds). The process (spawned at the first evaluation, one
 torch thread, its own game kept between evaluations while the config's values stay the same) plays one greedy race
 per track, ended by the config's `held_out_rules`, and answers with the records, or with why it could not. `result()` collects the answer
 without waiting; a process that died is reported there as a failed evaluation, and the next one starts a fresh
@@ -23,8 +23,8 @@ import torch
 from trackmania_rl.agents.iqn import make_network
 from trackmania_rl.config.values import config_from_values
 from trackmania_rl.games import float_layout_for, make_game_instance
-from trackmania_rl.games.base import GameCrashed
-from trackmania_rl.rollouts.greedy import GreedyPolicy, evaluate_seeds
+from trackmania_rl.games.base import GameCrashed, MapSpec
+from trackmania_rl.rollouts.greedy import GreedyPolicy, evaluate_maps
 from trackmania_rl.rollouts.local.collector import die_with_parent, parent_alive
 
 STOP_WAIT_S = 5.0  # for the process to end after being asked, before it is killed
@@ -62,12 +62,12 @@ class HeldOutWorker:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
-    def submit(self, values: dict, weights: dict[str, np.ndarray], seeds: list[int]) -> None:
+    def submit(self, values: dict, weights: dict[str, np.ndarray], maps: list[MapSpec | int]) -> None:
         if self.busy:
             raise RuntimeError("an evaluation is still being played")
         if self._process is None or not self._process.is_alive():
             self._start_process()
-        self._jobs.put((values, weights, list(seeds)))
+        self._jobs.put((values, weights, list(maps)))
         self._submitted_at = self.clock()
 
     def result(self, wait_s: float = 0.0) -> Answer | None:
@@ -136,7 +136,7 @@ class HeldOutWorker:
 
 
 def play_evaluations(jobs, answers, game_backend: str) -> None:
-    """The process: (values, weights, seeds) in, (records, None) or (None, why) out, until None comes."""
+    """The process: (values, weights, maps) in, (records, None) or (None, why) out, until None comes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's: it ends this process
     die_with_parent()  # Linux: a learner killed by SIGKILL takes this process with it
     torch.set_num_threads(1)
@@ -150,7 +150,7 @@ def play_evaluations(jobs, answers, game_backend: str) -> None:
             break  # elsewhere: the learner is gone
         if job is None:
             break
-        values, weights, seeds = job
+        values, weights, maps = job
         try:
             cfg = config_from_values(values, game_backend)
             if game is None or values != game_values:  # the races' cut-offs come from the config
@@ -160,10 +160,10 @@ def play_evaluations(jobs, answers, game_backend: str) -> None:
             layout = float_layout_for(cfg, game_backend)
             network = make_network(cfg, layout, len(cfg.inputs), "cpu")
             network.load_state_dict({name: torch.from_numpy(array) for name, array in weights.items()})
-            answers.put((list(evaluate_seeds(game, GreedyPolicy(cfg, network, layout), seeds)), None))
+            answers.put((list(evaluate_maps(game, GreedyPolicy(cfg, network, layout), maps)), None))
         except GameCrashed as e:
             game = None
-            answers.put((None, f"the game failed twice on one track ({e})"))
+            answers.put((None, f"the game failed twice on one map ({e})"))
         except Exception as e:  # noqa: BLE001 - reported to the learner, which goes on training
             answers.put((None, f"{type(e).__name__}: {e}"))
     if game is not None:

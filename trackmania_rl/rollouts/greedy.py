@@ -2,9 +2,10 @@
 evaluation scripts (evaluation/evaluate.py) both play.
 
 - `GreedyPolicy(cfg, network, layout)`: the network in eval mode behind a greedy `Inferer`, on the CPU;
-- `play_race(game, policy, seed)`: one race on MapSpec("eval", seed, is_explo=False, fill_buffer=False), returned
-  as a plain, JSON-ready record that names the rules the game ended it by (games/base.py RACE_RULES);
-- `evaluate_seeds` plays several, `summarise` sums them up.
+- `play_race(game, policy, map)`: one race on a map (a MapSpec, or a seed: MapSpec("eval", seed, is_explo=False,
+  fill_buffer=False)), returned as a plain, JSON-ready record that names the rules the game ended it by (games/base.py
+  RACE_RULES) and, for a game whose maps have names, the map (its game instance's `describe_map`);
+- `evaluate_maps` (`evaluate_seeds`) plays several, `summarise` sums them up.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ import torch
 
 from trackmania_rl.agents.acting import make_inference_network
 from trackmania_rl.agents.exploration import Inferer
-from trackmania_rl.games.base import GameCrashed, MapSpec
-
-EVAL_MAP_NAME = "eval"
+from trackmania_rl.games.base import EVAL_MAP_NAME, GameCrashed, MapSpec, seed_map
 
 
 class GreedyPolicy:
@@ -51,17 +50,19 @@ Observer = Callable[[int, np.ndarray, np.ndarray, tuple], None]
 
 
 def eval_map_spec(seed: int) -> MapSpec:
-    return MapSpec(name=EVAL_MAP_NAME, seed=int(seed), is_explo=False, fill_buffer=False)
+    return seed_map(seed)
 
 
-def race_record(seed: int, end_race_stats: dict, rules: str) -> dict:
-    """One race as a JSON-ready dict; `rules`: those the game ended it by (its `rules`)."""
+def race_record(seed: int, end_race_stats: dict, rules: str, map_fields: dict | None = None) -> dict:
+    """One race as a JSON-ready dict; `rules`: those the game ended it by (its `rules`); `map_fields`: what the game
+    says of a map that has a name (its instance's `describe_map`), after the seed."""
     finished = bool(end_race_stats["race_finished"])
     lap_time_ms = end_race_stats.get("lap_time_ms")
     coverage = end_race_stats.get("tiles_visited_fraction")
     return {
         "kind": "race",
         "seed": int(seed),
+        **(map_fields or {}),
         "rules": rules,
         "finished": finished,
         "race_time_s": end_race_stats["race_time"] / 1000 if finished else None,
@@ -80,9 +81,10 @@ def race_record(seed: int, end_race_stats: dict, rules: str) -> dict:
     }
 
 
-def play_race(game, policy: GreedyPolicy, seed: int, observer: Observer | None = None) -> dict:
-    """One greedy race on track `seed`: its record (see race_record). Raises GameCrashed if the game failed."""
-    spec = eval_map_spec(seed)
+def play_race(game, policy: GreedyPolicy, race_map: MapSpec | int, observer: Observer | None = None) -> dict:
+    """One greedy race on `race_map` (a MapSpec, or a track seed): its record (see race_record). Raises GameCrashed if
+    the game failed."""
+    spec = race_map if isinstance(race_map, MapSpec) else seed_map(race_map)
     zone_centers = game.zone_centers_for(spec)
     if observer is None:
         acting = policy
@@ -96,22 +98,31 @@ def play_race(game, policy: GreedyPolicy, seed: int, observer: Observer | None =
             return decision
 
     _, end_race_stats = game.rollout(acting, spec, zone_centers, lambda: None)
-    return race_record(seed, end_race_stats, game.rules)
+    return race_record(spec.seed, end_race_stats, game.rules, game.describe_map(spec))
 
 
-def evaluate_seeds(game, policy: GreedyPolicy, seeds: Iterable[int], retries: int = 1) -> Iterator[dict]:
-    """Play each seed in turn and yield its record. A race whose game crashed is replayed (the game
-    rebuilds itself; races are deterministic) up to `retries` times, then GameCrashed propagates."""
-    for seed in seeds:
+def _named(race_map: MapSpec | int) -> str:
+    if isinstance(race_map, MapSpec) and race_map.name != EVAL_MAP_NAME:
+        return f"map {race_map.name!r}"
+    return f"seed {race_map.seed if isinstance(race_map, MapSpec) else race_map}"
+
+
+def evaluate_maps(game, policy: GreedyPolicy, maps: Iterable[MapSpec | int], retries: int = 1) -> Iterator[dict]:
+    """Play each map (a MapSpec, or a track seed) in turn and yield its record. A race whose game crashed is replayed
+    (the game rebuilds itself; races are deterministic) up to `retries` times, then GameCrashed propagates."""
+    for race_map in maps:
         for attempt in range(retries + 1):
             try:
-                record = play_race(game, policy, seed)
+                record = play_race(game, policy, race_map)
                 break
             except GameCrashed as e:
                 if attempt == retries:
                     raise
-                print(f"race on seed {seed} crashed, replaying it: {e}", file=sys.stderr)
+                print(f"race on {_named(race_map)} crashed, replaying it: {e}", file=sys.stderr)
         yield record
+
+
+evaluate_seeds = evaluate_maps  # the name of the seed games' callers
 
 
 def summarise(records: list[dict], bar: float | None = None) -> dict:
@@ -119,7 +130,8 @@ def summarise(records: list[dict], bar: float | None = None) -> dict:
     deviation, median and worst of the native score, how many races scored below `bar` (the config's
     `tail_score_bar`; None: not counted), mean progress and tile coverage, the fraction of races that touched every
     tile, the mean race time of the finished races and the mean lap time of the races that completed a lap (None when
-    none did). ValueError for races played by different rules: their scores do not add up."""
+    none did), the seeds, and the maps' names when the races were on named maps. ValueError for races played by
+    different rules: their scores do not add up."""
     records = list(records)
     n = len(records)
     scores = [r["native_score"] for r in records]
@@ -149,4 +161,5 @@ def summarise(records: list[dict], bar: float | None = None) -> dict:
         "mean_race_time_s": float(np.mean([r["race_time_s"] for r in finished])) if finished else None,
         "mean_progress_fraction": float(np.mean([r["progress_fraction"] for r in records])) if n else None,
         "seeds": [r["seed"] for r in records],
+        **({"maps": [r.get("map") for r in records]} if any("map" in r for r in records) else {}),
     }

@@ -58,8 +58,40 @@ def test_the_config_check_refuses_an_arena_and_a_held_out_track_that_is_trained(
         check(kart_cfg.replace(frame_colour=True))
 
 
-def test_the_config_names_its_held_out_tracks_and_trains_on_the_others(kart_cfg):
+def test_the_config_names_its_held_out_and_test_tracks_and_trains_on_the_others(kart_cfg):
     held_out = {parse_map_name(name).track for name in kart_cfg.supertuxkart_held_out_tracks}
+    test = {parse_map_name(name).track for name in kart_cfg.supertuxkart_test_tracks}
     trained = {parse_map_name(name).track for name, _, _, fill_buffer in kart_cfg.map_cycle if fill_buffer}
-    assert len(held_out) >= 4 and not held_out & trained and held_out | trained == set(RACE_TRACKS)
+    assert len(held_out) >= 2 and len(test) >= 3 and not held_out & test and not (held_out | test) & trained
+    assert held_out | test | trained == set(RACE_TRACKS)
     assert {name for name, *_ in kart_cfg.map_cycle} == {track + d for track in trained for d in ("", ":reverse")}
+
+
+def test_a_track_has_one_role_and_at_least_4_are_never_trained(kart_cfg):
+    check = game_backend("supertuxkart").check_config
+    # a held-out track raced as a test map the other way round: the tracks that chose best/ would measure it
+    both = kart_cfg.replace(supertuxkart_test_tracks=[*kart_cfg.supertuxkart_test_tracks, "minigolf:reverse"])
+    with pytest.raises(ConfigError, match="supertuxkart_test_tracks holds 'minigolf:reverse', and supertuxkart_held_out_tracks holds"):
+        check(both)
+    trained = kart_cfg.replace(map_cycle=[*kart_cfg.map_cycle, ("xr591:reverse", 0, True, True)])  # held out both ways
+    with pytest.raises(ConfigError, match="supertuxkart_test_tracks holds 'xr591', and the map_cycle trains on track 'xr591'"):
+        check(trained)
+    three = kart_cfg.replace(supertuxkart_test_tracks=["xr591"])  # hacienda, minigolf and xr591
+    with pytest.raises(ConfigError, match=r"hold 3 track\(s\) \(hacienda, minigolf, xr591\): at least 4 tracks"):
+        check(three)
+    check(three.replace(supertuxkart_test_tracks=["xr591", "snowtuxpeak:reverse"]))  # 4 tracks, one way each: enough
+    with pytest.raises(ConfigError, match="`supertuxkart_held_out_tracks` is empty: the held-out evaluation"):
+        check(kart_cfg.replace(supertuxkart_held_out_tracks=[], supertuxkart_test_tracks=kart_cfg.supertuxkart_test_tracks + ["hacienda"]))
+
+
+def test_named_maps_are_the_configs_sets_or_a_list_each_checked(kart_cfg):
+    named = game_backend("supertuxkart").named_maps
+    assert [m.name for m in named(kart_cfg, "held_out")] == kart_cfg.supertuxkart_held_out_tracks
+    tests = named(kart_cfg, "test")
+    assert [m.name for m in tests] == kart_cfg.supertuxkart_test_tracks and not any(m.is_explo or m.fill_buffer for m in tests)
+    assert [(m.name, m.seed) for m in named(kart_cfg, "lighthouse, zengarden:reverse")] == [("lighthouse", 0), ("zengarden:reverse", 0)]
+    for text, message in (("lighthouse,stadium", "'stadium' is a arena track"), ("lighthouse,lighthouse", "named twice"), ("", "''")):
+        with pytest.raises(UnraceableMap, match=message):
+            named(kart_cfg, text)
+    with pytest.raises(UnraceableMap, match="supertuxkart_test_tracks is empty"):
+        named(kart_cfg.replace(supertuxkart_test_tracks=[]), "test")

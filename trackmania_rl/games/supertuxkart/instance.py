@@ -477,6 +477,11 @@ class SuperTuxKartGameInstance(GameInstance):
             "steps": answer["steps"],
         }
 
+    def describe_map(self, map_spec: MapSpec) -> dict:
+        """A race record's words for the map: its name, its track and direction, and the difficulty it is raced at."""
+        kart_map = validate_map_spec(map_spec, self.root)
+        return {"map": kart_map.name, "track": kart_map.track, "reverse": kart_map.reverse, "difficulty": self.cfg.supertuxkart_difficulty}
+
     def render_full_view(self) -> np.ndarray:
         """The road around the kart of the latest state, as a person would see it: FULL_VIEW_SIZE, RGB, twice the
         frame's width of road, the kart (a red triangle) and the zone centers ahead (yellow). Black before any race."""

@@ -84,16 +84,36 @@ def check_map(name, root: Path) -> KartMap:
     return kart_map
 
 
+MIN_UNSEEN_TRACKS = 4  # held-out and test tracks together: no run trains on them, in either direction
+ROLE_SETTINGS = ("supertuxkart_held_out_tracks", "supertuxkart_test_tracks")  # best/ is chosen on the first; the figure on the second
+
+
 def check_maps(cfg, root: Path) -> None:
-    """UnraceableMap naming the first map of the config's map_cycle or supertuxkart_held_out_tracks that cannot be raced,
-    or a held-out track that the map cycle trains on, in either direction."""
+    """UnraceableMap naming the first map of the config's map_cycle, supertuxkart_held_out_tracks or
+    supertuxkart_test_tracks that cannot be raced; a held-out or test track that the map cycle trains on, in either
+    direction; a track in both roles (the tracks that choose best/ cannot also measure it); fewer than
+    MIN_UNSEEN_TRACKS tracks in the two together."""
     for name, *_ in cfg.map_cycle:
         check_map(name, root)
     trained = {parse_map_name(name).track for name, _, _, fill_buffer in cfg.map_cycle if fill_buffer}
-    for name in cfg.supertuxkart_held_out_tracks:
-        track = check_map(name, root).track
-        if track in trained:
-            raise UnraceableMap(
-                f"supertuxkart_held_out_tracks holds {name!r}, and the map_cycle trains on track {track!r} "
-                "(a held-out track is held out in both directions)"
-            )
+    roles: dict[str, str] = {}  # track -> the setting that holds it
+    for setting in ROLE_SETTINGS:
+        for name in getattr(cfg, setting):
+            track = check_map(name, root).track
+            if track in trained:
+                raise UnraceableMap(
+                    f"{setting} holds {name!r}, and the map_cycle trains on track {track!r} "
+                    "(a held-out or test track is held out in both directions)"
+                )
+            other = roles.setdefault(track, setting)
+            if other != setting:
+                raise UnraceableMap(
+                    f"{setting} holds {name!r}, and {other} holds track {track!r} too: a track has one role, in both directions "
+                    "(the tracks that choose the weights cannot also measure them)"
+                )
+    if len(roles) < MIN_UNSEEN_TRACKS:
+        held = ", ".join(sorted(roles)) or "none"
+        raise UnraceableMap(
+            f"supertuxkart_held_out_tracks and supertuxkart_test_tracks hold {len(roles)} track(s) ({held}): at least "
+            f"{MIN_UNSEEN_TRACKS} tracks that no run trains on, in either direction, are needed"
+        )
