@@ -1,6 +1,7 @@
 """Every command the README lists starts: each script in scripts/ answers --help (exit 0, its usage), so that a moved
 function or a broken import shows here rather than in a user's shell."""
 
+import json
 import os
 import subprocess
 import sys
@@ -87,3 +88,37 @@ def test_the_test_command_without_the_project_installed_says_to_install_it(tmp_p
     assert result.returncode == pytest.ExitCode.USAGE_ERROR, output
     assert "INTERNALERROR" not in output and "not installed in the Python running the tests" in output
     assert sys.executable in output and "pip install -r requirements.txt" in output
+
+
+def test_select_best_shows_what_each_rule_picks_from_a_runs_held_out_records(tmp_path):
+    """scripts/select_best.py: the mean of the first 10 tracks (the rule before 2026-12-02) is blind to a crash in the
+    11th; the mean of all with the tail penalty is not. Its picks name the kept weights' folders."""
+    from trackmania_rl.learner.held_out import HELD_OUT_LOG
+
+    run = tmp_path / "run"
+    evaluations = {
+        5.0: [930.0] * 10 + [300.0] + [930.0] * 9,  # the best first ten, a crash after them
+        10.0: [925.0] * 20,
+        15.0: [900.0] * 20,
+    }
+    lines = []
+    for minute, scores in evaluations.items():
+        folder = f"held-out/minute-{minute:05.1f}"
+        (run / folder).mkdir(parents=True)
+        mean = sum(scores) / len(scores)
+        lines.append({"minute": minute, "mean_native_score": mean, "races": len(scores), "native_scores": scores, "weights_folder": folder})
+    (run / HELD_OUT_LOG).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = subprocess.run([sys.executable, str(SCRIPTS / "select_best.py"), str(run)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    picks = {o["rule"]: o for o in map(json.loads, result.stdout.splitlines()) if o["kind"] == "pick"}
+    assert {rule: pick["minute"] for rule, pick in picks.items()} == {
+        "mean of the first 10": 5.0,
+        "mean of 20 - 0 per % below 800": 10.0,  # 898.5 against 925
+        "mean of 20 - 10 per % below 800": 10.0,
+    }
+    assert picks["mean of the first 10"]["weights"] == str(run / "held-out" / "minute-005.0")
+    assert picks["mean of 20 - 10 per % below 800"]["score"] == 925.0
+    missing = subprocess.run(
+        [sys.executable, str(SCRIPTS / "select_best.py"), str(tmp_path / "nothing")], capture_output=True, text=True, timeout=60
+    )
+    assert missing.returncode == 2 and "no such file" in missing.stderr

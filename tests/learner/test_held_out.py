@@ -63,7 +63,7 @@ def test_evaluations_are_logged_and_the_best_weights_kept(tmp_path):
         assert record["mean_native_score"] == first["mean_native_score"] and "per percent of races below 800" in record["metric"]
         # every evaluation's weights are kept beside best/, with their record
         kept = sorted((tmp_path / "run" / HELD_OUT_WEIGHTS).iterdir())
-        assert [k.name for k in kept] == [f"minute-{first['minute']:05.1f}"]
+        assert [f"{HELD_OUT_WEIGHTS}/{k.name}" for k in kept] == [first["weights_folder"]]
         assert (kept[0] / WEIGHTS_ONLINE).read_bytes() == (best / WEIGHTS_ONLINE).read_bytes()
         assert json.loads((kept[0] / "held_out.json").read_text())["native_scores"] == first["native_scores"]
         assert record["rules"] == "training" and "training rules" in record["metric"]
