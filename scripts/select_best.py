@@ -70,9 +70,10 @@ def main(argv=None) -> int:
             if rule not in best or score > best[rule][0]:  # the first of equals, as the learner keeps it
                 best[rule] = (score, entry)
     for rule, (score, entry) in best.items():
-        folder = run / entry["weights_folder"] if entry.get("weights_folder") else None
+        # a record of before 2026-12-02 04:40 names no folder: the one its minute gives
+        folder = run / (entry.get("weights_folder") or f"{HELD_OUT_WEIGHTS}/minute-{entry['minute']:05.1f}")
         print(json.dumps({"kind": "pick", "rule": rule, "minute": entry["minute"], "score": score,
-                          "weights": str(folder) if folder is not None and folder.is_dir() else None}))  # fmt: skip
+                          "weights": str(folder) if folder.is_dir() else None}))  # fmt: skip
     if not (run / HELD_OUT_WEIGHTS).is_dir():
         print(f"note: {run / HELD_OUT_WEIGHTS} does not exist: the run did not keep its evaluations' weights", file=sys.stderr)
     return 0
