@@ -5,6 +5,8 @@
 - `load_policy(paths)`: the network (eval mode, CPU) behind a greedy `Inferer` (rollouts/greedy.py `GreedyPolicy`).
 - `make_eval_game(policy, rules)`: the game to play it in, its races ended by CarRacing-v3's own episode rules
   ("native", the default of the scripts' --rules) or by the training cut-offs ("training").
+- `eval_maps(cfg, seeds=..., tracks=...)`: the maps to race: track seeds, or a game's named maps (SuperTuxKart's
+  tracks), each refused (EvaluationError naming it) before any race when the model's game does not race it.
 The races themselves are played and summed up by rollouts/greedy.py (`play_race`, `evaluate_seeds`,
 `summarise`), which the held-out evaluation during training uses too.
 
@@ -28,12 +30,14 @@ from pathlib import Path
 import torch
 
 from trackmania_rl.agents.iqn import NotAStateDict, StateDictMismatch, WeightsFileUnreadable, load_network, make_network
-from trackmania_rl.config.game_backends import FRAME_RENDERERS
+from trackmania_rl.config.game_backends import FRAME_RENDERERS, SUPERTUXKART
 from trackmania_rl.config.loader import CONFIG_DIR, ConfigError, load_config
+from trackmania_rl.config.schema import SUPERTUXKART_DIFFICULTIES
 from trackmania_rl.config.values import read_settings
+from trackmania_rl.evaluation.against_ai import race_against_ai
 from trackmania_rl.games import float_layout_for, make_game_instance
-from trackmania_rl.games.backend import DEFAULT_GAME_BACKEND
-from trackmania_rl.games.base import RACE_RULES, RULES_NATIVE, RULES_TRAINING
+from trackmania_rl.games.backend import DEFAULT_GAME_BACKEND, game_backend
+from trackmania_rl.games.base import RACE_RULES, RULES_NATIVE, RULES_TRAINING, MapSpec
 from trackmania_rl.learner.checkpoint import CHECKPOINT, CHECKPOINTS, CONFIG_COPY, SETTINGS, WEIGHTS_ONLINE, find_checkpoint
 from trackmania_rl.rollouts.greedy import GreedyPolicy, evaluate_seeds
 
@@ -251,9 +255,12 @@ def resolve_checkpoint(
     return CheckpointPaths(weights_path, DEFAULT_CONFIG, True)
 
 
-def load_eval_config(config_path: str | Path, max_race_seconds: float | None = None, frame_renderer: str | None = None):
-    """The config to evaluate with (built for GAME_BACKEND), with the overall race cutoff and the frame renderer
-    overridden if asked (a model's settings name the renderer its frames came from; older ones: "pygame").
+def load_eval_config(
+    config_path: str | Path, max_race_seconds: float | None = None, frame_renderer: str | None = None, difficulty: int | None = None
+):
+    """The config to evaluate with (built for GAME_BACKEND), with the overall race cutoff, the frame renderer and
+    SuperTuxKart's difficulty overridden if asked (a model's settings name the renderer its frames came from; older
+    ones: "pygame").
     A .json file is read as settings values (config/values.py, nothing executed); any other file is a Python
     config file, executed (only ever one the user named with --config, or config_files/config.py)."""
     try:
@@ -281,6 +288,12 @@ def load_eval_config(config_path: str | Path, max_race_seconds: float | None = N
         if frame_renderer not in FRAME_RENDERERS:
             raise EvaluationError(f"--frame-renderer {frame_renderer!r}: expected one of {', '.join(FRAME_RENDERERS)}")
         cfg = cfg.replace(frame_renderer=frame_renderer)
+    if difficulty is not None:
+        if cfg.game_backend != SUPERTUXKART:
+            raise EvaluationError(f"--difficulty is SuperTuxKart's race difficulty; this model plays {cfg.game_backend}")
+        if difficulty not in SUPERTUXKART_DIFFICULTIES:
+            raise EvaluationError(f"--difficulty {difficulty!r}: expected one of {', '.join(map(str, SUPERTUXKART_DIFFICULTIES))}")
+        cfg = cfg.replace(supertuxkart_difficulty=difficulty)
     return cfg
 
 
@@ -320,22 +333,28 @@ def load_policy(paths: CheckpointPaths, cfg=None, max_race_seconds: float | None
 
 
 def open_policy(
-    weights=None, run=None, config=None, max_race_seconds: float | None = None, frame_renderer: str | None = None
+    weights=None,
+    run=None,
+    config=None,
+    max_race_seconds: float | None = None,
+    frame_renderer: str | None = None,
+    difficulty: int | None = None,
 ) -> GreedyPolicy:
     """resolve_checkpoint + load_eval_config + load_policy, the scripts' one call."""
     paths = resolve_checkpoint(weights=weights, run=run, config=config)
-    cfg = load_eval_config(paths.config, max_race_seconds, frame_renderer)
+    cfg = load_eval_config(paths.config, max_race_seconds, frame_renderer, difficulty)
     return load_policy(paths, cfg)
 
 
 def policy_options(args) -> dict:
-    """`open_policy`'s arguments from the options of `add_policy_arguments`."""
+    """`open_policy`'s arguments from the options of `add_policy_arguments` (and a script's own --difficulty)."""
     return {
         "weights": args.weights,
         "run": args.run,
         "config": args.config,
         "max_race_seconds": args.max_race_seconds,
         "frame_renderer": args.frame_renderer,
+        "difficulty": getattr(args, "difficulty", None),
     }
 
 
@@ -352,28 +371,58 @@ def open_policy_from_args(args) -> GreedyPolicy:
     return policy
 
 
-def evaluate_in_processes(args, seeds: list[int], workers: int) -> Iterator[dict]:
-    """The race records of `seeds` as they end, played by `workers` spawned processes, each opening the policy of
-    `args` (the options of `add_policy_arguments`) with its own game and one torch thread. GameCrashed when a race
-    crashed twice; the processes end with the iterator."""
+def evaluate_in_processes(args, maps: list[int] | list[MapSpec], workers: int, ai_races: int = 0) -> Iterator[dict]:
+    """The race records of `maps` (track seeds, or named maps raced against the game's AI `ai_races` times each:
+    evaluation/against_ai.py) as they end, played by `workers` spawned processes, each opening the policy of `args`
+    (the options of `add_policy_arguments`) with its own game and one torch thread. GameCrashed when a race crashed
+    twice; the processes end with the iterator."""
     options = policy_options(args)
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(min(workers, len(seeds)), initializer=_start_worker, initargs=(options, args.rules)) as pool:
-        yield from pool.imap_unordered(_worker_race, seeds)
+    with ctx.Pool(min(workers, len(maps)), initializer=_start_worker, initargs=(options, args.rules, ai_races)) as pool:
+        yield from pool.imap_unordered(_worker_race, maps)
 
 
 _worker: dict = {}  # a worker process's policy and game
 
 
-def _start_worker(options: dict, rules: str) -> None:
+def _start_worker(options: dict, rules: str, ai_races: int = 0) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends the pool
     torch.set_num_threads(1)
     policy = open_policy(**options)
-    _worker.update(policy=policy, game=make_eval_game(policy, rules))
+    _worker.update(policy=policy, game=make_eval_game(policy, rules), ai_races=ai_races)
+    if ai_races:  # the AI's races in a game of their own (evaluation/against_ai.py says why)
+        _worker["ai_game"] = make_eval_game(policy, RULES_NATIVE)
 
 
-def _worker_race(seed: int) -> dict:
-    return next(evaluate_seeds(_worker["game"], _worker["policy"], [seed]))
+def _worker_race(race_map: int | MapSpec) -> dict:
+    if isinstance(race_map, MapSpec):
+        return race_against_ai(_worker["game"], _worker["ai_game"], _worker["policy"], race_map, _worker["ai_races"])
+    return next(evaluate_seeds(_worker["game"], _worker["policy"], [race_map]))
+
+
+def named_eval_maps(cfg, text: str, option: str = "--tracks", seeds_option: str = "--seeds") -> list[MapSpec]:
+    """The named maps `text` gives for the model's game (its backend's `named_maps`: a comma list, or the config's
+    "held_out" / "test" maps), each checked raceable before any race; EvaluationError naming the problem, or saying that
+    the model's game names its maps by seed. `option`, `seeds_option`: the script's names for the two."""
+    named = game_backend(cfg.game_backend).named_maps
+    if named is None:
+        raise EvaluationError(
+            f"{option} names the maps of a game whose maps have names (SuperTuxKart's tracks); this model plays {cfg.game_backend}, "
+            f"whose maps are track seeds: use {seeds_option}"
+        )
+    try:
+        return named(cfg, text)
+    except ValueError as e:
+        raise EvaluationError(f"{option} {text}: {e}") from None
+
+
+def refuse_seeds_for_named_maps(cfg, option: str = "--seeds", tracks_option: str = "--tracks") -> None:
+    """EvaluationError when the model's game names its maps (a seed cannot say which track to race)."""
+    if game_backend(cfg.game_backend).named_maps is not None:
+        raise EvaluationError(
+            f"{option}: this model plays {cfg.game_backend}, whose maps are named tracks: use {tracks_option} with a track's name "
+            f"(e.g. {tracks_option} lighthouse, or zengarden:reverse)"
+        )
 
 
 def describe_source(paths: CheckpointPaths) -> str:

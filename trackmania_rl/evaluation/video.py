@@ -20,6 +20,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from trackmania_rl.config.schema import KART_ACTION_FLAGS
 from trackmania_rl.games.backend import game_backend
 
 MIN_HEIGHT = 64
@@ -69,13 +70,16 @@ def panel_layout(cfg, height: int) -> PanelLayout:
 
 
 def action_labels(cfg) -> list[str]:
-    """Short names of the actions: 'gas L', 'brake R', 'gas+brake', 'coast'..."""
+    """Short names of the actions: 'gas L', 'brake R', 'gas+brake', 'coast', and SuperTuxKart's kart controls after
+    them: 'gas L drift', 'gas nitro', 'rescue'..."""
     labels = []
     for action in cfg.inputs:
-        pedals = "+".join(name for name, flag in (("gas", action["accelerate"]), ("brake", action["brake"])) if flag) or "coast"
+        pedals = "+".join(name for name, flag in (("gas", action["accelerate"]), ("brake", action["brake"])) if flag)
         steer = " L" if action["left"] and not action["right"] else " R" if action["right"] and not action["left"] else ""
         steer = " LR" if action["left"] and action["right"] else steer
-        labels.append(pedals + steer)
+        kart = " ".join(flag for flag in KART_ACTION_FLAGS if action.get(flag))
+        label = (pedals or ("" if kart else "coast")) + steer
+        labels.append(f"{label} {kart}".strip() if kart else label)
     return labels
 
 
