@@ -1,11 +1,13 @@
-"""The reference external game client: plays CarRacing and feeds a learner's HTTP endpoint (docs/http-api.md).
+"""The reference external game client: plays the run's game and feeds a learner's HTTP endpoint (docs/http-api.md).
 
     python scripts/train.py --listen 127.0.0.1:8642 --collectors 0          # the learner, in one shell
     python scripts/play_remote.py --server http://127.0.0.1:8642 --token-file save/carracing_default/http_token
 
-It registers, takes the run's settings from the answer (the game and the network are built from them), pulls
-weights by version, plays races with this project's acting code and sends them; it waits while the server
-says `paused`, backs off on 429 and network errors, and registers again when the server restarted.
+`--game` names the game this machine plays, the run's: carracing (the default), gymnasium (config_files/enduro.py) or
+supertuxkart (config_files/supertuxkart.py; this machine needs the game set up as the README says). It registers,
+takes the run's settings from the answer (the game and the network are built from them), pulls weights by version,
+plays races with this project's acting code and sends them; it waits while the server says `paused`, backs off on 429
+and network errors, and registers again when the server restarted.
 `--games K` runs K game processes, each its own client (one game and one network per process, like the local
 collectors: the games then use K cores). Needs the http extra (pip install -e ".[http]"; only msgpack is used here).
 Stop it with Ctrl-C or SIGTERM: it disconnects and exits 0.
@@ -27,7 +29,10 @@ def parse_args(argv=None):
     parser.add_argument("--server", required=True, help="the learner's endpoint, e.g. http://127.0.0.1:8642")
     parser.add_argument("--token-file", required=True, help="the run's save/<run>/http_token (or a copy of it)")
     parser.add_argument(
-        "--game", default="carracing", choices=("carracing", "gymnasium"), help="the game this machine plays: the run's (default carracing)"
+        "--game",
+        default="carracing",
+        choices=("carracing", "gymnasium", "supertuxkart"),
+        help="the game this machine plays: the run's (default carracing)",
     )
     parser.add_argument("--games", type=int, default=1, help="game processes, each a client of its own (default 1)")
     parser.add_argument("--name", default=f"play_remote@{socket.gethostname()}", help="the client's name in the learner's logs")

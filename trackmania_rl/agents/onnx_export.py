@@ -15,8 +15,9 @@ client"). What is exported is a collector's greedy decision, not the training ne
 - `with_weights(model, state_dict) -> bytes`: the same graph with other weights of the same architecture
   (milliseconds, against about a second of CPU for an export: the HTTP API exports once per architecture and
   refills per published version, rollouts/http/onnx_policy.py);
-- `policy_sidecar(...)`: the JSON a client needs beside the model (action set, frame shape and preprocessing,
-  float layout, policy version); `write_policy_files` writes both, atomically;
+- `policy_sidecar(...)`: the JSON a client needs beside the model (action set, each action with every flag the set
+  names, SuperTuxKart's drift and nitro included; frame shape and the game's words for its preprocessing; float layout;
+  policy version); `write_policy_files` writes both, atomically;
 - `OnnxPolicy(model)`: ONNX Runtime on the model (benchmarks, tests, the export check).
 
 The optional `onnx` extra (`pip install -e ".[onnx]"`: onnx, onnxscript, onnxruntime) is imported inside the
@@ -43,6 +44,7 @@ from trackmania_rl.agents.exploration import midpoint_taus
 from trackmania_rl.agents.iqn import IQNNetwork, strip_compile_prefix
 from trackmania_rl.config.loader import channels_per_frame
 from trackmania_rl.config.loader import frame_shape as config_frame_shape
+from trackmania_rl.config.schema import ACTION_FLAGS, KART_ACTION_FLAGS
 from trackmania_rl.serialization import atomic_write_bytes
 
 SIDECAR_FORMAT = "trackmania_rl.onnx_policy"
@@ -202,6 +204,8 @@ def policy_sidecar(cfg, layout, game_backend: str, model: bytes, policy_version:
     frame_shape = list(config_frame_shape(cfg))
     n_actions = len(cfg.inputs)
     taus = midpoint_taus(int(cfg.iqn_k))[0].tolist()
+    # every flag any action names, each action giving all of them: a kart's action says drift False, not nothing
+    flags = [flag for flag in ACTION_FLAGS + KART_ACTION_FLAGS if any(flag in action for action in cfg.inputs)]
     return {
         "format": SIDECAR_FORMAT,
         "format_version": SIDECAR_FORMAT_VERSION,
@@ -220,7 +224,8 @@ def policy_sidecar(cfg, layout, game_backend: str, model: bytes, policy_version:
             "the greedy action is its argmax (the lowest index on ties), as a collector acting greedily decides"
         ),
         "quantile_fractions": [round(t, 9) for t in taus],
-        "actions": [dict(action) for action in cfg.inputs],
+        "action_flags": flags,
+        "actions": [{flag: bool(action.get(flag, False)) for flag in flags} for action in cfg.inputs],
         "n_actions": n_actions,
         "ms_per_action": int(cfg.ms_per_action) if float(cfg.ms_per_action).is_integer() else round(float(cfg.ms_per_action), 6),
         "frame": {

@@ -1,5 +1,6 @@
-"""The reference game client of the HTTP API (scripts/play_remote.py): CarRacing played by this project's
-`RacePlayer`, races pushed to a learner's endpoint, weights pulled by version (docs/http-api.md).
+"""The reference game client of the HTTP API (scripts/play_remote.py): the run's game (`game`, a backend's name)
+played by this project's `RacePlayer`, races pushed to a learner's endpoint, weights pulled by version
+(docs/http-api.md).
 
 One client = one game and one registration. The main thread plays and sends races; a background thread
 pulls weights (GET /v1/policy?have=V: 304 while current) and sends heartbeats, so acting never waits on

@@ -41,7 +41,7 @@ class ApiError(Exception):
 # ---------------------------------------------------------------------------------------- JSON bodies
 class RegisterRequest(BaseModel):
     name: str = Field(min_length=1, max_length=100, description="the client's own name, for logs")
-    game: str = Field(min_length=1, max_length=100, description="the game it plays: the run's (`carracing`, `gymnasium`)")
+    game: str = Field(min_length=1, max_length=100, description="the game it plays: the run's (`carracing`, `gymnasium`, `supertuxkart`)")
     protocol_version: int = Field(description=f"the API version the client speaks: {API_VERSION}")
 
 
@@ -72,7 +72,7 @@ RACE_BODY = {
                     "actions <i4|<i8|u1 [A]; action_was_greedy |b1 [A]; q_values <f4 [A,n_actions]; input_w |b1 [A]; "
                     "policy_version <i4|<i8 [A]; and race_time: int (ms, only when the race ended in a terminal state; then "
                     "A = F - 1, else A = F). By game (GET /v1/contract `race_fields` says which this run's game requires): "
-                    "a game with a centerline (carracing) current_zone_idx <i4|<i8 [F], meters_advanced_along_centerline "
+                    "a game with a centerline (carracing, supertuxkart) current_zone_idx <i4|<i8 [F], meters_advanced_along_centerline "
                     "<f4|<f8 [F], car_gear_and_wheels <f4 [F,C] and furthest_zone_idx: int; road_tiles_touched and "
                     "road_tiles_missed <i4|<i8 [F] where the game has road tiles; game_reward <f4|<f8 [A], the game's own "
                     "reward of each action (gymnasium). Byte-level format: docs/http-api.md."
