@@ -19,6 +19,35 @@ if not (DEBIAN_DATA / "tracks").is_dir():
     pytest.skip(f"needs SuperTuxKart's data ({DEBIAN_DATA}: python -m trackmania_rl.games.supertuxkart.setup)", allow_module_level=True)
 
 KART_CONFIG = REPO_ROOT / "config_files" / "supertuxkart.py"
+# a small network, for tests of runs and collectors: the game, its frames and floats are the config's
+SMALL_NETWORK = """
+conv_layers = [(8, 4, 2), (8, 4, 2)]
+dense_hidden_dimension = 32
+float_hidden_dim = 16
+iqn_embedding_dimension = 16
+"""
+
+
+def write_kart_config(folder, extra: str = ""):
+    """folder/config.py: the shipped SuperTuxKart config as its base, with a small network and `extra` settings."""
+    path = folder / "config.py"
+    path.write_text(f"base = {str(KART_CONFIG)!r}\n" + SMALL_NETWORK + extra)
+    return path
+
+
+def game_process_of(pid: int) -> int | None:
+    """The pid of the SuperTuxKart game process that process `pid` started (Linux /proc), or None."""
+    from pathlib import Path
+
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+        if parent == pid and b"trackmania_rl.games.supertuxkart.child" in command:
+            return int(stat.parent.name)
+    return None
 
 
 @pytest.fixture(scope="session")
