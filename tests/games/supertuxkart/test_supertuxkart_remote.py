@@ -58,6 +58,7 @@ send_shared_network_every_n_batches = 2
 update_inference_network_every_n_actions = 10
 ray_object_store_mb = 256
 save_frequency_s = {save_frequency_s}
+held_out_eval_period_s = 0
 """
 
 
