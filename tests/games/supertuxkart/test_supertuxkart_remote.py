@@ -307,6 +307,40 @@ def test_the_supertuxkart_policy_served_as_onnx_decides_as_torch_on_a_real_races
     assert np.array_equal(q.argmax(axis=1), torch_q.argmax(axis=1))
 
 
+@pytest.mark.http
+def test_a_finished_supertuxkart_lap_crosses_the_wire_whole_and_the_validator_takes_it(game, kart_cfg, race):
+    """A lap the scripted driver finishes on the real game (a reversed track: the finish pseudo-state, race_time, the
+    lap and split times), encoded as the reference client sends it and decoded as the server reads it (the fields of the
+    run by the backend's race_keys, its longest race): the same race, which the validator and the reward check take."""
+    pytest.importorskip("msgpack")
+    from trackmania_rl.config.loader import frame_shape
+    from trackmania_rl.games.backend import game_backend
+    from trackmania_rl.games.supertuxkart.driver import zone_follower
+    from trackmania_rl.rollouts.contract import RolloutShape, require_reward_keys, validate_envelope
+    from trackmania_rl.rollouts.http import wire
+    from trackmania_rl.rollouts.http.source import max_race_states
+
+    layout = game.float_layout
+    results, stats = race(game, "lighthouse:reverse", zone_follower(kart_cfg, layout))
+    assert stats["race_finished"] and len(results["frames"]) == len(results["actions"]) + 1
+    results["policy_version"] = [7] * len(results["actions"])
+    meta = {"map_name": "lighthouse:reverse", "seed": 0, "map_status": "trained", "is_explo": False, "fill_buffer": True}
+    fields = wire.race_fields(frame_shape(kart_cfg), layout.dim, len(kart_cfg.inputs), game_backend("supertuxkart").race_keys)
+    body = wire.unpack(wire.encode_race("kart", 0, results, stats, meta, fields), max_bin_len=1 << 28)
+    decoded = wire.decode_race(body, fields, max_race_states(kart_cfg))
+    got = decoded.rollout_results
+    assert got["race_time"] == results["race_time"] and got[FURTHEST_ZONE] == results[FURTHEST_ZONE]
+    for key in ("frames", "state_float", "car_gear_and_wheels", "q_values"):
+        np.testing.assert_array_equal(np.stack(got[key]), np.stack(results[key]).astype(np.stack(got[key]).dtype), err_msg=key)
+    for key in ("current_zone_idx", "meters_advanced_along_centerline", "actions", "action_was_greedy", "input_w", "policy_version"):
+        assert got[key] == list(results[key]), key
+    assert decoded.end_race_stats["lap_time_ms"] == stats["lap_time_ms"] == results["race_time"]
+    assert decoded.end_race_stats["cp_time_ms"] == stats["cp_time_ms"] and decoded.meta == meta
+    shape = RolloutShape(frame_shape(kart_cfg), layout.dim, len(kart_cfg.inputs))
+    validate_envelope((got, decoded.end_race_stats, {**decoded.meta, "source": "http", "collector": "kart"}), shape)
+    require_reward_keys(got, kart_cfg)
+
+
 # -------------------------------------------------------------------------------------------------- Ray
 SAVED = r"checkpoint saved to \S+: (\d+) frames"
 
