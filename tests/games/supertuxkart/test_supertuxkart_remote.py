@@ -2,10 +2,10 @@
 collector) serving game clients over HTTP on 127.0.0.1, and collector actors on a local Ray cluster (`--ray auto`).
 The clients and actors play the real game, in its own process (games/supertuxkart/process.py); the learner stores
 their races. Over HTTP the contract says what the game's races carry (a driveline: the centerline fields required, no
-game reward), a real race crosses the wire with its kart floats, end stats and reversed map name, and the policy served
-as ONNX agrees with torch on the states of that race. On Ray, the actor's game is a process of its own started from
-the Ray worker (a fresh interpreter holding none of the worker's files) that goes with its actor when Ray kills it;
-the live config reaches the actors, TensorBoard gets the races."""
+game reward), a real race crosses the wire with its kart floats, end stats and map name (a finished lap too, with its
+finish pseudo-state), and the policy served as ONNX agrees with torch on the states of a real race. On Ray, the
+actor's game is a process of its own started from the Ray worker (a fresh interpreter holding none of the worker's
+files) that goes with its actor when Ray kills it; the live config reaches the actors, TensorBoard gets the races."""
 
 from __future__ import annotations
 
