@@ -5,6 +5,7 @@ they find the module without importing it: only the game's own process may impor
 """
 
 import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,8 +38,6 @@ def write_kart_config(folder, extra: str = ""):
 
 def game_process_of(pid: int) -> int | None:
     """The pid of the SuperTuxKart game process that process `pid` started (Linux /proc), or None."""
-    from pathlib import Path
-
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])

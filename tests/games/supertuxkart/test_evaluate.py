@@ -45,7 +45,7 @@ def model(tmp_path_factory):
 
 def _run(script, *args):
     return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / script), *map(str, args)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, str(REPO_ROOT / "scripts" / script), *map(str, args)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900
     )
 
 
