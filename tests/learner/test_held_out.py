@@ -4,6 +4,7 @@ model by their mean, the log line per evaluation, weights kept at given minutes.
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,26 @@ def test_a_hung_evaluation_process_is_stopped_after_its_deadline_and_training_go
         assert not held_out.in_progress and learner.stats.held_out_evaluations == 1
         assert "held-out evaluation skipped: no answer after 5 s (its process was stopped); training goes on" in messages
         assert held_out.worker.pid is None and not os.path.exists(f"/proc/{hung}")
+    finally:
+        held_out.close()
+
+
+def test_the_evaluation_process_plays_at_a_lower_priority_than_the_learner(tmp_path):
+    """Its races take the cycles training leaves: its niceness is the learner's plus NICENESS (at most 19)."""
+    from trackmania_rl.learner.held_out_worker import NICENESS
+
+    learner, _ = _learner(tmp_path)
+    held_out = HeldOutEvaluation(tmp_path / "run", "carracing", lambda m: None)
+    try:
+        held_out.start(learner)
+        expected = min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)
+        niceness = None
+        for _ in range(300):  # the process sets it as it starts: up to 30 s on a loaded machine
+            niceness = os.getpriority(os.PRIO_PROCESS, held_out.worker.pid)
+            if niceness == expected:
+                break
+            time.sleep(0.1)
+        assert niceness == expected
     finally:
         held_out.close()
 

@@ -12,6 +12,7 @@ process. One evaluation at a time.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import signal
 import time
@@ -28,6 +29,10 @@ from trackmania_rl.rollouts.greedy import GreedyPolicy, evaluate_maps
 from trackmania_rl.rollouts.local.collector import die_with_parent, parent_alive
 
 STOP_WAIT_S = 5.0  # for the process to end after being asked, before it is killed
+# The process's niceness above the learner's: its races take the cycles the learner and the collectors leave. At the
+# same priority, 100 held-out races (~50 s of one core every 5 minutes) slowed the training thread to 36-41 % of its
+# rate while they played (2 cores, docs/results.md); lower, they play in the gaps and take longer.
+NICENESS = 10
 PARENT_CHECK_S = 1.0  # how often an idle evaluation process checks that the learner is still there
 
 
@@ -139,6 +144,7 @@ def play_evaluations(jobs, answers, game_backend: str) -> None:
     """The process: (values, weights, maps) in, (records, None) or (None, why) out, until None comes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's: it ends this process
     die_with_parent()  # Linux: a learner killed by SIGKILL takes this process with it
+    os.nice(NICENESS)
     torch.set_num_threads(1)
     game, game_values = None, None
     while True:
