@@ -95,7 +95,12 @@ def test_train_end_to_end_then_resume(tmp_path):
     assert len(held_out) >= 2 and [h["seeds"] for h in held_out] == [[100, 101]] * len(held_out)
     assert stats1["held_out_evaluations"] == len(held_out) and "held-out evaluation at minute" in log1
     best = json.loads((tmp_path / "save" / "e2e" / "best" / "best.json").read_text())
-    assert best["score"] == max(h["mean_native_score"] for h in held_out) == stats1["held_out_best_score"]
+    for h in held_out:  # the selection score weighs the races below the bar (issue 64)
+        below = sum(score < h["score_bar"] for score in h["native_scores"])
+        assert h["races_below_bar"] == below
+        expected = h["mean_native_score"] - h["tail_penalty"] * 100.0 * below / h["races"]
+        assert h["selection_score"] == pytest.approx(expected)
+    assert best["score"] == max(h["selection_score"] for h in held_out) == stats1["held_out_best_score"]
     assert (tmp_path / "save" / "e2e" / "at-minute-0.5" / "weights_online.torch").is_file()
     # no collector outlived the run
     for pid in map(int, re.findall(r"started \(pid (\d+)\)", log1)):
