@@ -206,6 +206,16 @@ def policy_sidecar(cfg, layout, game_backend: str, model: bytes, policy_version:
     taus = midpoint_taus(int(cfg.iqn_k))[0].tolist()
     # every flag any action names, each action giving all of them: a kart's action says drift False, not nothing
     flags = [flag for flag in ACTION_FLAGS + KART_ACTION_FLAGS if any(flag in action for action in cfg.inputs)]
+    frame = {
+        "shape": frame_shape,
+        # the last `stack` frames as channels, oldest first (a race starts with its first frame repeated)
+        "stack": int(cfg.frame_stack),
+        "channels_per_frame": channels_per_frame(cfg),  # 1: grey; 3: R, G, B in that order
+        "dtype": "uint8",
+    }
+    if backend.frame_renderer is not None:  # a game with a choice of drawing names its own (CarRacing: fast or pygame)
+        frame["renderer"] = backend.frame_renderer(cfg)
+    frame["preprocessing"] = backend.frame_preprocessing(cfg)
     return {
         "format": SIDECAR_FORMAT,
         "format_version": SIDECAR_FORMAT_VERSION,
@@ -228,15 +238,7 @@ def policy_sidecar(cfg, layout, game_backend: str, model: bytes, policy_version:
         "actions": [{flag: bool(action.get(flag, False)) for flag in flags} for action in cfg.inputs],
         "n_actions": n_actions,
         "ms_per_action": int(cfg.ms_per_action) if float(cfg.ms_per_action).is_integer() else round(float(cfg.ms_per_action), 6),
-        "frame": {
-            "shape": frame_shape,
-            # the last `stack` frames as channels, oldest first (a race starts with its first frame repeated)
-            "stack": int(cfg.frame_stack),
-            "channels_per_frame": channels_per_frame(cfg),  # 1: grey; 3: R, G, B in that order
-            "dtype": "uint8",
-            "renderer": cfg.frame_renderer,
-            "preprocessing": backend.frame_preprocessing(cfg),
-        },
+        "frame": frame,
         "state_float": {
             "dim": int(layout.dim),
             "layout": [{"name": s.name, "size": s.size} for s in layout.segments],

@@ -156,6 +156,9 @@ class GameBackend:
     - `frame_preprocessing(cfg) -> str`: how the game's view becomes the network's uint8 frame under `cfg` (its
       renderer, its frame size), in words, for clients that produce frames in another language (the ONNX policy's
       sidecar, agents/onnx_export.py);
+    - `frame_renderer(cfg) -> str`: the word naming which of the game's ways of drawing its frames `cfg` uses, where it
+      has more than one (CarRacing: its `frame_renderer`, "fast" or "pygame"); the ONNX sidecar's `frame.renderer`.
+      None: the game draws its frames one way only, and the sidecar names no renderer;
     - `race_keys`: the optional rollout keys (CENTERLINE_RACE_KEYS, ROAD_TILE_COUNTS, GAME_REWARD) its races carry:
       the HTTP wire requires them of this game's clients, and says so (rollouts/http/wire.py);
     - `check_config(cfg)`: ConfigError naming the setting that cannot work with this game (at a run's start; the game
@@ -182,6 +185,7 @@ class GameBackend:
     held_out_maps: Callable[[Any], list[MapSpec]] = held_out_seed_maps
     named_maps: Callable[[Any, str], list[MapSpec]] | None = None
     native_time_limit_s: Callable[[Any], float] | None = None
+    frame_renderer: Callable[[Any], str] | None = None
 
     def full_view_aspect(self, cfg) -> float:
         """Width / height of the full view."""

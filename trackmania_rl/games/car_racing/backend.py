@@ -98,4 +98,5 @@ CAR_RACING = GameBackend(
     frame_preprocessing=frame_preprocessing,
     race_keys=CENTERLINE_RACE_KEYS + ROAD_TILE_COUNTS,
     check_config=check_config,
+    frame_renderer=lambda cfg: cfg.frame_renderer,
 )
