@@ -313,6 +313,8 @@ def test_a_finished_supertuxkart_lap_crosses_the_wire_whole_and_the_validator_ta
     lap and split times), encoded as the reference client sends it and decoded as the server reads it (the fields of the
     run by the backend's race_keys, its longest race): the same race, which the validator and the reward check take."""
     pytest.importorskip("msgpack")
+    pytest.importorskip("fastapi")  # max_race_states is the HTTP source's, which imports the server (fastapi, uvicorn)
+    pytest.importorskip("uvicorn")
     from trackmania_rl.config.loader import frame_shape
     from trackmania_rl.games.backend import game_backend
     from trackmania_rl.games.supertuxkart.driver import zone_follower
