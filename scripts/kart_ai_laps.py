@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trackmania_rl.config.loader import ConfigError, load_config  # noqa: E402
-from trackmania_rl.games.base import GameCrashed, MapSpec  # noqa: E402
+from trackmania_rl.evaluation.against_ai import ai_lap_time_s  # noqa: E402
+from trackmania_rl.games.base import GameCrashed  # noqa: E402
 from trackmania_rl.games.supertuxkart.backend import named_maps  # noqa: E402
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config_files" / "supertuxkart.py"
@@ -65,17 +66,17 @@ def ai_laps(game, name: str, difficulty: int, races: int) -> tuple[list[float | 
     and the seeds whose race crashed twice (their time None too: the game was rebuilt each time, the next race goes on)."""
     times, crashed = [], []
     for seed in range(races):
-        race = None
+        lap = None
         for attempt in (1, 2):
             try:
-                race = game.ai_race(MapSpec(name, seed, is_explo=False, fill_buffer=False), difficulty, laps=1)
+                lap = ai_lap_time_s(game, name, seed, difficulty)
                 break
             except GameCrashed as e:
                 where = f"{name!r} (difficulty {difficulty}, seed {seed})"
                 print(f"the AI's race on {where} crashed (try {attempt} of 2): {e}", file=sys.stderr)
-        if race is None:
+        else:
             crashed.append(seed)
-        times.append(race["race_time_ms"] / 1000 if race is not None and race["finished"] else None)
+        times.append(lap)
     return times, crashed
 
 

@@ -19,14 +19,17 @@ from trackmania_rl.games.base import GameCrashed, MapSpec
 from trackmania_rl.rollouts.greedy import GreedyPolicy, play_race
 
 
+def ai_lap_time_s(game, map_name: str, seed: int, difficulty: int | None = None) -> float | None:
+    """The game's AI's one-lap time (s) on `map_name` with race seed `seed` (None: not finished within the native time
+    cap), at `difficulty` (default the game's config's)."""
+    race = game.ai_race(MapSpec(map_name, seed, is_explo=False, fill_buffer=False), difficulty, laps=1)
+    return race["race_time_ms"] / 1000 if race["finished"] else None
+
+
 def ai_lap_times_s(game, map_spec: MapSpec, ai_races: int) -> list[float | None]:
     """The game's AI's one-lap times (s; None: not finished within the native time cap), race seeds 0 .. ai_races - 1,
     at the game's difficulty (its config's)."""
-    times = []
-    for seed in range(ai_races):
-        race = game.ai_race(MapSpec(map_spec.name, seed, is_explo=False, fill_buffer=False), laps=1)
-        times.append(race["race_time_ms"] / 1000 if race["finished"] else None)
-    return times
+    return [ai_lap_time_s(game, map_spec.name, seed) for seed in range(ai_races)]
 
 
 def with_ai_times(record: dict, times: list[float | None]) -> dict:
