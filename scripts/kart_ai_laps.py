@@ -22,12 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from trackmania_rl.config.loader import ConfigError, load_config  # noqa: E402
-from trackmania_rl.evaluation.against_ai import ai_lap_time_s  # noqa: E402
-from trackmania_rl.games.base import GameCrashed  # noqa: E402
-from trackmania_rl.games.supertuxkart.backend import named_maps  # noqa: E402
+from trackmania_rl.config.loader import ConfigError, load_config
+from trackmania_rl.evaluation.against_ai import ai_lap_time_s
+from trackmania_rl.games.base import GameCrashed
+from trackmania_rl.games.supertuxkart.backend import named_maps
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config_files" / "supertuxkart.py"
 DIFFICULTIES = (0, 1, 2, 3)
