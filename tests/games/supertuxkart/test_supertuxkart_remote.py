@@ -413,6 +413,8 @@ def test_ray_actors_play_supertuxkart_in_a_game_process_of_their_own_that_goes_w
     dead actor's) ends the game too, Ray restarts the actor with a new game, and races go on. A live edit of the cut-off
     reaches the actor's races; TensorBoard holds a point per race; at the end no game is left."""
     pytest.importorskip("ray")
+    from trackmania_rl.rollouts.ray.actor import MAX_RACES_IN_FLIGHT
+
     cache = tmp_path / "cache"
     prepare(folder=cache / "trackmania_rl" / "supertuxkart")  # the learner's (and so the cluster's) XDG_CACHE_HOME
     games_folder = cache / "trackmania_rl" / "supertuxkart"
@@ -450,7 +452,11 @@ def test_ray_actors_play_supertuxkart_in_a_game_process_of_their_own_that_goes_w
         live.write_text(edited)
         trainer.wait_for(rf"config reloaded: .*{setting}", 60)
         frames = [int(f) for f in re.findall(SAVED, trainer.log())][-1]
-        wait_saved(trainer, frames + 4 * ACTIONS_PER_RACE, RACES_S)  # races after the edit (up to 3 were under way)
+        # races after the edit: up to 3 + MAX_RACES_IN_FLIGHT were played with the old value when it reached the actor
+        # (the one playing, one in the send queue, one with the sender waiting for a slot, those in flight), so wait
+        # for more than that many of the old length
+        under_way = 3 + MAX_RACES_IN_FLIGHT
+        wait_saved(trainer, frames + (under_way + 1) * ACTIONS_PER_RACE, RACES_S)
         trainer.signal(signal.SIGTERM)
         assert trainer.finish(120) == 0, trainer.log()[-4000:]
         log = trainer.log()
