@@ -247,7 +247,9 @@ def test_the_validation_and_test_sets_of_a_config_name_their_seeds(tiny_cfg):
         ("700000-700099", list(range(700_000, 700_100))),
         ("800000-800099", list(range(800_000, 800_100))),
     ]
-    assert [name for name, _ in evaluation.seed_sets("validation", tiny_cfg)] == ["500000-500099", "200000-200099"]
+    validation = evaluation.seed_sets("validation", tiny_cfg)
+    assert [name for name, _ in validation] == [f"{start}-{start + 99}" for start in (500_000, 200_000, 300_000, 400_000, 900_000)]
+    assert all(seeds == list(range(seeds[0], seeds[0] + 100)) for _, seeds in validation)
     assert evaluation.seed_sets("3,5-6", tiny_cfg) == [("3,5-6", [3, 5, 6])]
     assert evaluation.set_name([4, 9, 10]) == "4,9,10"
 
